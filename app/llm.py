@@ -1,0 +1,116 @@
+"""Streaming chat completions against an OpenAI-compatible server (vLLM), timed per token."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from app.config import Endpoint, LlmConfig
+from app.messages import ReplyDelta
+
+
+class LlmError(RuntimeError):
+    """The endpoint failed; the message is shown to the user."""
+
+
+@dataclass
+class StreamStats:
+    """Filled in while a reply streams; read after the iterator ends."""
+
+    sent: float = 0.0
+    first: float | None = None
+    last: float | None = None
+    closed: float | None = None
+    deltas: int = 0
+    completion_tokens: int | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    finish_reason: str | None = None
+    text: list[str] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> int:
+        return self.completion_tokens if self.completion_tokens is not None else self.deltas
+
+
+def client_for(endpoint: Endpoint, timeout_s: float):  # noqa: ANN201 - openai.OpenAI
+    from openai import OpenAI
+
+    return OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key or "EMPTY",
+                  timeout=timeout_s, max_retries=0)
+
+
+def stream_chat(endpoint: Endpoint, messages: list[dict], cfg: LlmConfig, turn_id: int,
+                stats: StreamStats, cancel: threading.Event | None = None,
+                client=None) -> Iterator[ReplyDelta]:  # noqa: ANN001
+    """Yield reply text as it arrives. Greedy, thinking off, usage reported at the end."""
+    import openai
+
+    client = client or client_for(endpoint, cfg.timeout_s)
+    extra: dict = {"chat_template_kwargs": {"enable_thinking": False}}
+    if cfg.repetition_penalty != 1.0:
+        extra["repetition_penalty"] = cfg.repetition_penalty
+    stats.sent = time.perf_counter()
+    try:
+        stream = client.chat.completions.create(
+            model=endpoint.model, messages=messages, stream=True, max_tokens=cfg.max_tokens,
+            temperature=cfg.temperature, stream_options={"include_usage": True},
+            extra_body=extra,
+        )
+        with stream:
+            for chunk in stream:
+                now = time.perf_counter()
+                if chunk.usage is not None:
+                    _read_usage(chunk.usage, stats)
+                if not chunk.choices:
+                    continue
+                choice = chunk.choices[0]
+                if choice.finish_reason:
+                    stats.finish_reason = choice.finish_reason
+                text = choice.delta.content or ""
+                if not text:
+                    continue
+                if stats.first is None:
+                    stats.first = now
+                stats.last = now
+                stats.deltas += 1
+                stats.text.append(text)
+                yield ReplyDelta(turn_id, text, now)
+                if cancel is not None and cancel.is_set():
+                    stats.finish_reason = "cancelled"
+                    break
+    except openai.APIConnectionError as exc:
+        raise LlmError(f"cannot reach the model at {endpoint.base_url} "
+                       f"({type(exc.__cause__ or exc).__name__})") from exc
+    except openai.APIStatusError as exc:
+        raise LlmError(f"the model server answered {exc.status_code}: "
+                       f"{_short(exc.message)}") from exc
+    except openai.APIError as exc:
+        raise LlmError(f"the model stream broke: {_short(str(exc))}") from exc
+    finally:
+        stats.closed = time.perf_counter()
+
+
+def _read_usage(usage, stats: StreamStats) -> None:  # noqa: ANN001 - openai CompletionUsage
+    stats.completion_tokens = usage.completion_tokens
+    stats.prompt_tokens = usage.prompt_tokens
+    details = getattr(usage, "prompt_tokens_details", None)
+    if details is not None and getattr(details, "cached_tokens", None) is not None:
+        stats.cached_tokens = details.cached_tokens
+
+
+def _short(text: str, n: int = 200) -> str:
+    return text if len(text) <= n else text[:n] + "..."
+
+
+def check_endpoint(endpoint: Endpoint, timeout_s: float = 5.0) -> list[str]:
+    """Models the endpoint serves; raise LlmError with advice when it cannot be reached."""
+    import openai
+
+    try:
+        models = client_for(endpoint, timeout_s).models.list()
+    except openai.APIError as exc:
+        raise LlmError(f"cannot reach {endpoint.base_url}: {type(exc).__name__}") from exc
+    return [m.id for m in models.data]

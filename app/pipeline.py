@@ -1,0 +1,179 @@
+"""One conversational turn, written out in order: ASR -> LLM (streamed) -> chunked TTS.
+
+The model's reply is read on this thread and cut into pieces; a TTS worker thread speaks
+the pieces while the model still generates, so the token timing is not disturbed by
+synthesis.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from app.asr import Asr
+from app.chunking import SentenceChunker
+from app.config import AppConfig, Endpoint
+from app.llm import LlmError, StreamStats, stream_chat
+from app.messages import SpeechChunk
+from app.metrics import TurnMetrics, ms, token_gap_ms
+from app.session import Session
+from app.tts import FallbackTts, TtsError, language_of
+
+log = logging.getLogger(__name__)
+AudioSink = Callable[[SpeechChunk, bool], None]
+
+
+@dataclass
+class TurnInput:
+    turn_id: int
+    source: str
+    """"voice" or "text"."""
+    text: str = ""
+    audio: np.ndarray | None = None
+    speech_end: float | None = None
+    """perf_counter() when the user stopped speaking (voice) or pressed send (text)."""
+
+
+class Agent:
+    """The stages shared by every session: set up once, used by many turns."""
+
+    def __init__(self, cfg: AppConfig, asr: Asr | None = None, tts: FallbackTts | None = None):
+        from app.tts import build_tts
+
+        self.cfg = cfg
+        self.asr = asr or Asr(cfg.asr)
+        self.tts = tts or build_tts(cfg.tts)
+        self.persona = load_persona(cfg.persona)
+
+    def setup(self) -> None:
+        self.asr.setup()
+        self.tts.setup()
+
+    def messages(self, session: Session) -> list[dict]:
+        keep = session.history[-2 * self.cfg.llm.history_turns:]
+        return [{"role": "system", "content": self.persona}, *keep]
+
+    def run_turn(self, session: Session, turn: TurnInput, sink: AudioSink,
+                 cancel: threading.Event, endpoint: Endpoint | None = None) -> TurnMetrics:
+        endpoint = endpoint or self.cfg.primary
+        m = TurnMetrics(turn.turn_id, endpoint.name, source=turn.source)
+        with session.lock:
+            session.metrics.append(m)
+        # 1. ASR
+        text, language = turn.text, self.cfg.language
+        if turn.audio is not None:
+            session.touch("Transcribing...")
+            try:
+                tr = self.asr.process(turn.turn_id, turn.audio)
+            except Exception as exc:  # a broken model file or runtime error: report the stage
+                return _fail(session, m, "asr", f"speech recognition failed: {exc}")
+            m.asr_ms = ms(tr.asr_end - tr.asr_start)
+            text, language = tr.text, tr.language if language == "auto" else language
+            if not text:
+                return _fail(session, m, "asr", "No words recognised; please try again.")
+        with session.lock:
+            session.history.append({"role": "user", "content": text})
+            session.chat.append({"role": "user", "content": text})
+            session.chat.append({"role": "assistant", "content": ""})
+        session.touch("Thinking...")
+        # 2. LLM, streamed; 3. pieces go to the TTS worker as soon as they are complete
+        pieces: queue.Queue = queue.Queue()
+        speaker = threading.Thread(target=self._speak, daemon=True, name=f"tts-{turn.turn_id}",
+                                   args=(session, turn, pieces, sink, cancel, m, language))
+        speaker.start()
+        stats, chunker, error = StreamStats(), SentenceChunker(), ""
+        try:
+            for delta in stream_chat(endpoint, self.messages(session), self.cfg.llm,
+                                     turn.turn_id, stats, cancel):
+                with session.lock:
+                    session.chat[-1]["content"] += delta.text
+                session.touch("Speaking...")
+                for piece in chunker.push(delta.text):
+                    pieces.put(piece)
+        except LlmError as exc:
+            error = str(exc)
+        if not cancel.is_set():
+            for piece in chunker.flush():
+                pieces.put(piece)
+        pieces.put(None)
+        # 4. figures of the model's side
+        m.ttft_ms = ms(stats.first - stats.sent) if stats.first else None
+        m.ms_per_token = token_gap_ms(stats.first, stats.last, stats.tokens) \
+            if stats.first else None
+        m.reply_tokens, m.prompt_tokens = stats.tokens, stats.prompt_tokens
+        m.cached_tokens = stats.cached_tokens
+        m.llm_turn_ms = ms(stats.closed - stats.sent) if stats.closed else None
+        speaker.join(timeout=60)
+        # 5. history keeps what was said, marked when cut
+        reply = "".join(stats.text).strip()
+        m.cancelled = cancel.is_set()
+        with session.lock:
+            if reply:
+                session.history.append({"role": "assistant", "content": reply})
+            else:
+                session.history.pop()  # a failed turn leaves no dangling user message
+            note = " [interrupted]" if m.cancelled else (" [cut off]" if error and reply else "")
+            session.chat[-1]["content"] = (reply + note) if reply else ""
+            if not reply:
+                session.chat.pop()
+        if error:
+            return _fail(session, m, "llm", error)
+        session.touch("Interrupted." if m.cancelled else "Ready.")
+        return m
+
+    def _speak(self, session: Session, turn: TurnInput, pieces: queue.Queue, sink: AudioSink,
+               cancel: threading.Event, m: TurnMetrics, language: str) -> None:
+        first, engines = True, []
+        while (piece := pieces.get()) is not None:
+            if cancel.is_set():
+                continue
+            lang = language_of(piece, default=language if language in ("en", "zh") else "en")
+            t0 = time.perf_counter()
+            try:
+                pcm, rate, engine, note = self.tts.synthesize(piece, lang)
+            except TtsError as exc:
+                m.error_stage, m.error = "tts", str(exc)
+                session.touch(f"TTS failed: {exc}")
+                continue
+            label = f"{engine} ({note})" if note else engine
+            if label not in engines:
+                engines.append(label)
+                m.tts_engine = ", ".join(engines)
+            if note:
+                session.touch(f"Speaking with {engine}: {note}")
+            if cancel.is_set():
+                continue
+            now = time.perf_counter()
+            if first:
+                m.tts_first_audio_ms = ms(now - t0)
+                if turn.speech_end is not None:
+                    m.server_v2v_ms = ms(now - turn.speech_end)
+            sink(SpeechChunk(turn.turn_id, pcm, rate, piece, engine, now), first)
+            first = False
+
+
+def _fail(session: Session, m: TurnMetrics, stage: str, message: str) -> TurnMetrics:
+    m.error_stage, m.error = stage, message
+    with session.lock:
+        session.chat.append({"role": "assistant", "content": f"⚠ {message}",
+                             "metadata": {"title": f"{stage} error"}})
+    session.touch(f"Error ({stage}): {message}")
+    log.warning("turn %s failed at %s: %s", m.turn_id, stage, message)
+    return m
+
+
+def load_persona(path: Path) -> str:
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise SystemExit(f"Cannot read the persona file {path}: {exc}") from exc
+    if not text:
+        raise SystemExit(f"The persona file {path} is empty.")
+    return text

