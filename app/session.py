@@ -37,6 +37,11 @@ class Session:
     current: TurnHandle | None = None
     next_turn: int = 1
     vad: object | None = None
+    listeners: int = 0
+    """Browser audio channels open on this session (0 for API clients)."""
+    last_seen: float = 0.0
+    rendered: int = -1
+    """`version` the page last received."""
     _first_sent: dict[int, tuple[float, float]] = field(default_factory=dict, repr=False)
     """turn -> (speech end, first audio written to the browser), perf_counter() times."""
 
@@ -56,6 +61,9 @@ class Session:
             if row.turn_id == turn_id and row.endpoint == endpoint:
                 return row
         return None
+
+    def __deepcopy__(self, memo: dict) -> Session:
+        return self  # live state (locks, queues, threads) is shared, never copied
 
     # --- the browser audio channel -------------------------------------------------------
     def send_audio(self, chunk: SpeechChunk, first: bool, speech_end: float | None) -> None:

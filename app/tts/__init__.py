@@ -63,7 +63,7 @@ class FallbackTts:
             if language not in engine.languages:
                 continue
             if time.monotonic() < self._down_until.get(engine.name, 0.0):
-                notes.append(f"{engine.name} down: {self._down_reason[engine.name]}")
+                notes.append(f"{engine.name} {self._down_reason[engine.name]}")
                 continue
             try:
                 pcm, rate = engine.synthesize(text, language)
@@ -71,7 +71,7 @@ class FallbackTts:
                 log.warning("TTS %s failed: %s", engine.name, exc)
                 self._down_until[engine.name] = time.monotonic() + self.retry_after_s
                 self._down_reason[engine.name] = str(exc)
-                notes.append(f"{engine.name} failed: {exc}")
+                notes.append(f"{engine.name} {exc}")
                 continue
             return pcm, rate, engine.name, "; ".join(notes)
         raise TtsError(f"no TTS engine could speak {language!r}: " + "; ".join(notes))

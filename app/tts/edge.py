@@ -30,7 +30,7 @@ class EdgeTts:
         except TimeoutError as exc:
             raise TtsError(f"no audio within {self.cfg.edge_timeout_s:.1f} s") from exc
         except Exception as exc:  # aiohttp DNS/connection errors, 403, 503 from the service
-            raise TtsError(f"{type(exc).__name__}: {exc}"[:200]) from exc
+            raise TtsError(f"unreachable ({type(exc).__name__})") from exc
         if not mp3:
             raise TtsError("the service returned no audio")
         return decode_mp3(mp3), RATE
