@@ -18,14 +18,14 @@ class AudioInputError(ValueError):
 def to_mono_float(samples: np.ndarray) -> np.ndarray:
     """Any int/float array, (n,) or (n, channels), -> float32 mono in [-1, 1]."""
     x = np.asarray(samples)
+    scale = float(np.iinfo(x.dtype).max + 1) if np.issubdtype(x.dtype, np.integer) else 1.0
+    x = x.astype(np.float32) / scale
     if x.ndim == 2:
         # Gradio gives (n, channels); a (channels, n) array has few rows and many columns
-        x = x.T if x.shape[0] < x.shape[1] and x.shape[0] <= 8 else x
-        x = x.astype(np.float32).mean(axis=1) if np.issubdtype(x.dtype, np.floating) \
-            else x.mean(axis=1)
-    if np.issubdtype(x.dtype, np.integer):
-        x = x.astype(np.float32) / float(np.iinfo(np.asarray(samples).dtype).max + 1)
-    return np.clip(x.astype(np.float32), -1.0, 1.0)
+        if x.shape[0] < x.shape[1] and x.shape[0] <= 8:
+            x = x.T
+        x = x.mean(axis=1)
+    return np.clip(x, -1.0, 1.0)
 
 
 def resample(x: np.ndarray, src: int, dst: int = ASR_RATE) -> np.ndarray:

@@ -63,6 +63,8 @@ class TtsConfig:
     """"auto" (edge-tts, then offline), "edge", "piper", "espeak"."""
     edge_voice_en: str = "en-US-AriaNeural"
     edge_voice_zh: str = "zh-CN-XiaoxiaoNeural"
+    edge_proxy: str = ""
+    """HTTP proxy for edge-tts (corporate networks), e.g. http://proxy:3128."""
     edge_timeout_s: float = 1.0
     """Time to first audio byte before edge-tts is given up for this piece."""
     edge_retry_after_s: float = 60.0
@@ -111,6 +113,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--voice-en", default=TtsConfig.edge_voice_en, help="edge-tts English voice")
     g.add_argument("--voice-zh", default=TtsConfig.edge_voice_zh, help="edge-tts Mandarin voice")
     g.add_argument("--piper-voice", default="", help="piper .onnx voice file")
+    g.add_argument("--edge-proxy", default=os.environ.get("VOICE_AGENT_EDGE_PROXY", ""),
+                   help="HTTP proxy for edge-tts")
     g = p.add_argument_group("web")
     g.add_argument("--host", default="127.0.0.1")
     g.add_argument("--port", type=int, default=7860)
@@ -140,6 +144,6 @@ def from_args(args: argparse.Namespace) -> AppConfig:
         asr=AsrConfig(model=args.asr_model, language=args.language),
         llm=llm,
         tts=TtsConfig(engine=args.tts, edge_voice_en=args.voice_en, edge_voice_zh=args.voice_zh,
-                      piper_voice=args.piper_voice),
+                      piper_voice=args.piper_voice, edge_proxy=args.edge_proxy),
         host=args.host, port=args.port, auth=auth,
     )

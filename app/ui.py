@@ -195,11 +195,11 @@ TABLE_HEADERS = ["turn", "endpoint", "input"] + [LABELS[f] for f in FIGURES] \
 def plot_frame(rows: list[TurnMetrics]):  # noqa: ANN201 - pandas.DataFrame
     import pandas as pd
 
-    points = [{"turn": r.turn_id, "ms": getattr(r, f), "figure": LABELS[f]}
+    points = [{"turn": r.turn_id, "ms": getattr(r, f), "series": LABELS[f]}
               for r in rows for f in ("ttft_ms", "llm_turn_ms", "v2v_ms")
               if getattr(r, f) is not None]
-    frame = pd.DataFrame(points, columns=["turn", "ms", "figure"])
-    return frame.astype({"turn": "int64", "ms": "float64", "figure": "string"})
+    frame = pd.DataFrame(points, columns=["turn", "ms", "series"])
+    return frame.astype({"turn": "int64", "ms": "float64", "series": "object"})
 
 
 def build_blocks(ui: VoiceUi, title: str) -> gr.Blocks:
@@ -227,7 +227,7 @@ def build_blocks(ui: VoiceUi, title: str) -> gr.Blocks:
                     turn_json = gr.JSON(label="Turn metrics")
             with gr.Column(scale=2):
                 figures = gr.HTML(figures_html([]), label="Latency", elem_id="va-figures")
-                plot = gr.LinePlot(plot_frame([]), x="turn", y="ms", color="figure",
+                plot = gr.LinePlot(plot_frame([]), x="turn", y="ms", color="series",
                                    title="Per-turn latency (ms)", height=260)
         table = gr.Dataframe(headers=TABLE_HEADERS, label="Turns", interactive=False,
                              elem_id="va-turns")

