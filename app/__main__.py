@@ -12,7 +12,8 @@ from app.llm import LlmError, check_endpoint
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = None
     if args.demo:
         server = cpu_server(port=args.vllm_port or None)

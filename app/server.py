@@ -8,10 +8,11 @@ import logging
 import queue
 
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from app.config import AppConfig
 from app.hub import SessionHub
+from app.metrics import to_csv, to_json
 from app.pipeline import Agent
 from app.ui import CSS, VoiceUi, build_blocks
 
@@ -72,6 +73,18 @@ def create_app(agent: Agent, title: str = "Voice agent") -> FastAPI:
             raise HTTPException(404, "unknown session")
         row = session.on_played(turn, delay)
         return {"ok": row is not None}
+
+    @app.get("/agent/export/{sid}.{fmt}")
+    async def export(sid: str, fmt: str) -> Response:
+        """The session's per-turn records, for scripts that re-plot them."""
+        session = hub.get(sid)
+        if session is None or fmt not in ("json", "csv"):
+            raise HTTPException(404, "unknown session or format")
+        with session.lock:
+            rows = list(session.metrics)
+        body = to_json(rows) if fmt == "json" else to_csv(rows)
+        return Response(body, media_type="application/json" if fmt == "json" else "text/csv",
+                        headers={"Content-Disposition": f"attachment; filename=turns.{fmt}"})
 
     @app.get("/agent/health")
     async def health() -> dict:

@@ -192,12 +192,15 @@ TABLE_HEADERS = ["turn", "endpoint", "input"] + [LABELS[f] for f in FIGURES] \
     + ["cached prompt tokens", "TTS engine", "note"]
 
 
+PLOTTED = {"ttft_ms": "TTFT", "llm_turn_ms": "LLM turn", "v2v_ms": "voice-to-voice"}
+PLOT_COLORS = ["#1f77b4", "#2ca02c", "#ff7f0e"]
+
+
 def plot_frame(rows: list[TurnMetrics]):  # noqa: ANN201 - pandas.DataFrame
     import pandas as pd
 
-    points = [{"turn": r.turn_id, "ms": getattr(r, f), "series": LABELS[f]}
-              for r in rows for f in ("ttft_ms", "llm_turn_ms", "v2v_ms")
-              if getattr(r, f) is not None]
+    points = [{"turn": r.turn_id, "ms": getattr(r, f), "series": label}
+              for r in rows for f, label in PLOTTED.items() if getattr(r, f) is not None]
     frame = pd.DataFrame(points, columns=["turn", "ms", "series"])
     return frame.astype({"turn": "int64", "ms": "float64", "series": "object"})
 
@@ -227,7 +230,9 @@ def build_blocks(ui: VoiceUi, title: str) -> gr.Blocks:
                     turn_json = gr.JSON(label="Turn metrics")
             with gr.Column(scale=2):
                 figures = gr.HTML(figures_html([]), label="Latency", elem_id="va-figures")
-                plot = gr.LinePlot(plot_frame([]), x="turn", y="ms", color="series",
+                # a color map makes the series categorical from the first, empty frame
+                plot = gr.LinePlot(None, x="turn", y="ms", color="series",
+                                   color_map=dict(zip(PLOTTED.values(), PLOT_COLORS)),
                                    title="Per-turn latency (ms)", height=260)
         table = gr.Dataframe(headers=TABLE_HEADERS, label="Turns", interactive=False,
                              elem_id="va-turns")

