@@ -1,62 +1,126 @@
-"""`python -m app`: the voice agent on an existing endpoint, or `--demo` on the CPU."""
+"""`python -m app`: the voice agent on existing endpoints, `--demo` on the CPU, or `--launch`
+on a GPU host (starts the primary and the anchor vLLM servers with the model card's flags)."""
 
 from __future__ import annotations
 
+import argparse
 import logging
+import signal
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
-from app.config import ROOT, from_args, parser
-from app.launch import DEMO_SERVED_NAME, cpu_server
-from app.llm import LlmError, check_endpoint
+from app.config import ROOT, AppConfig, from_args, parse
+from app.launch import (
+    DEMO_SERVED_NAME,
+    VllmServer,
+    cpu_server,
+    format_plan,
+    gpu_memory_gib,
+    gpu_servers,
+    plan_gpus,
+)
+from app.llm import LlmError, check_endpoint, compare_tokenizers
+
+ANCHOR_SERVED_NAME = DEMO_SERVED_NAME + "-anchor"
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops like Ctrl-C: servers are shut down, not orphaned
+
+
+def demo_servers(args: argparse.Namespace) -> list[VllmServer]:
+    """The CPU default: the embedded model as primary and, for the A/B, as anchor."""
+    primary = cpu_server(port=args.vllm_port or None)
+    args.base_url, args.model = primary.base_url, DEMO_SERVED_NAME
+    servers = [primary]
+    if not args.no_ab and not args.anchor_base_url:
+        # Until `python -m build` makes the W4A16 layout of the small model, the anchor is the
+        # same bf16 weights served without prefix caching: a second serving configuration.
+        anchor = cpu_server(served_name=ANCHOR_SERVED_NAME, log_name="vllm-cpu-anchor.log",
+                            prefix_caching=False)
+        args.anchor_base_url, args.anchor_model = anchor.base_url, ANCHOR_SERVED_NAME
+        servers.append(anchor)
+    if args.persona is None:
+        args.persona = ROOT / "persona" / "small-en.md"
+    if args.repetition_penalty is None:
+        args.repetition_penalty = 1.15  # the 135M model loops under pure greedy decoding
+    if args.language == "auto":
+        args.language = "en"
+    return servers
+
+
+def launch_servers(args: argparse.Namespace) -> list[VllmServer]:
+    """A GPU host: primary + anchor with the card's flags, one GPU each or one shared."""
+    gpus = gpu_memory_gib()
+    plans = plan_gpus(args.primary_checkpoint, args.anchor_checkpoint or None, gpus)
+    print(format_plan(plans, gpus), flush=True)
+    served = {"primary": args.model, "anchor": args.anchor_model or "anchor"}
+    servers = gpu_servers(plans, served, base_port=args.vllm_port or 8000,
+                          vllm_cmd=args.vllm_python)
+    args.base_url = servers[0].base_url
+    if len(servers) == 2:
+        args.anchor_base_url, args.anchor_model = servers[1].base_url, served["anchor"]
+    return servers
+
+
+def notice(cfg: AppConfig) -> str:
+    if cfg.anchor is None:
+        return f"Model: `{cfg.primary.model}` (no anchor endpoint: A/B off)."
+    text = (f"**A/B** · primary `{cfg.primary.model}` (heard) vs anchor `{cfg.anchor.model}` "
+            f"(measured, {cfg.ab_mode}) · same messages, greedy, thinking off.")
+    same = compare_tokenizers(cfg.primary, cfg.anchor)
+    if same == "different":
+        text += ("\n\n⚠ **The two endpoints tokenize differently**: token counts and ms/token "
+                 "are not like for like; compare TTFT and turn time only.")
+    elif same == "unknown":
+        text += "\n\n(Tokenizers could not be compared: no /tokenize route.)"
+    return text
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
+    args = parse(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    server = None
+    servers: list[VllmServer] = []
     if args.demo:
-        server = cpu_server(port=args.vllm_port or None)
-        print(f"Starting vllm-cpu with {DEMO_SERVED_NAME} (log: {server.log_path}) ...",
+        servers = demo_servers(args)
+    elif args.launch:
+        servers = launch_servers(args)
+    for s in servers:
+        print(f"Starting vLLM {s.served_name} on port {s.port} (log: {s.log_path}) ...",
               flush=True)
-        server.start()
-        args.base_url, args.model = server.base_url, DEMO_SERVED_NAME
-        if args.persona is None:
-            args.persona = ROOT / "persona" / "small-en.md"
-        if args.repetition_penalty is None:
-            args.repetition_penalty = 1.15  # the 135M model loops under pure greedy decoding
-        if args.language == "auto":
-            args.language = "en"
-    cfg = from_args(args)
+        s.start()
     try:
         from app.pipeline import Agent
         from app.server import create_app, serve
 
+        cfg = from_args(args)
         agent = Agent(cfg)
         print("Loading speech models ...", flush=True)
         agent.setup()
-        if server is not None:
-            server.wait_healthy()
-        try:
-            served = check_endpoint(cfg.primary)
-            if cfg.primary.model not in served:
-                print(f"warning: {cfg.primary.base_url} serves {served}, not "
-                      f"{cfg.primary.model!r}", file=sys.stderr)
-        except LlmError as exc:
-            print(f"warning: {exc}. The page will start; turns fail until the model answers.",
-                  file=sys.stderr)
+        with ThreadPoolExecutor() as pool:
+            list(pool.map(lambda s: s.wait_healthy(), servers))
+        for ep in filter(None, (cfg.primary, cfg.anchor)):
+            try:
+                served = check_endpoint(ep)
+                if ep.model not in served:
+                    print(f"warning: {ep.base_url} serves {served}, not {ep.model!r}",
+                          file=sys.stderr)
+            except LlmError as exc:
+                print(f"warning: {ep.name}: {exc}. Turns fail until it answers.", file=sys.stderr)
         if cfg.host not in ("127.0.0.1", "localhost", "::1"):
             print(f"warning: listening on {cfg.host}: anyone who can reach it and knows the "
                   "password can use the agent.", file=sys.stderr)
-        app = create_app(agent, title=f"Voice agent · {cfg.primary.model}")
+        app = create_app(agent, title=f"Voice agent · {cfg.primary.model}", notice=notice(cfg))
         print(f"\n  Voice agent running on http://{cfg.host}:{cfg.port}  (Ctrl-C stops)\n",
               flush=True)
         serve(app, cfg.host, cfg.port)
     except KeyboardInterrupt:
         pass
     finally:
-        if server is not None:
-            server.stop()
+        for s in servers:
+            s.stop()
 
 
 if __name__ == "__main__":

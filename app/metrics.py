@@ -19,6 +19,11 @@ class TurnMetrics:
     endpoint: str
     source: str = "voice"
     """"voice" (microphone or uploaded audio) or "text" (typed)."""
+    model: str = ""
+    """Served model name of the endpoint."""
+    order: str = ""
+    """A/B scheduling of this turn: "primary" (the reply the user heard), "after-primary"
+    (anchor, sent once the primary turn finished) or "concurrent" (sent with the primary)."""
     asr_ms: float | None = None
     """ASR call start -> transcript ready."""
     ttft_ms: float | None = None
@@ -33,6 +38,15 @@ class TurnMetrics:
     """Prompt tokens served from the prefix cache, when the server reports them."""
     llm_turn_ms: float | None = None
     """Chat request sent -> stream closed."""
+    server_ttft_ms: float | None = None
+    """vLLM /metrics: time_to_first_token histogram (sum / count) over this request."""
+    server_itl_ms: float | None = None
+    """vLLM /metrics: mean inter-token latency over this request."""
+    server_requests: int | None = None
+    """Requests the server finished between the /metrics snapshots (1: the figures above are
+    this request's alone)."""
+    prefix_hit_tokens: int | None = None
+    """vLLM /metrics: prompt tokens served from the prefix cache during this request."""
     tts_first_audio_ms: float | None = None
     """First reply piece handed to TTS -> its audio ready."""
     server_v2v_ms: float | None = None

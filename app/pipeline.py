@@ -23,6 +23,7 @@ from app.config import AppConfig, Endpoint
 from app.llm import LlmError, StreamStats, stream_chat
 from app.messages import SpeechChunk
 from app.metrics import TurnMetrics, ms, token_gap_ms
+from app.servermetrics import ServerView, ServerViews
 from app.session import Session
 from app.tts import FallbackTts, TtsError, language_of
 
@@ -51,6 +52,7 @@ class Agent:
         self.asr = asr or Asr(cfg.asr)
         self.tts = tts or build_tts(cfg.tts)
         self.persona = load_persona(cfg.persona)
+        self.server_views = ServerViews()
 
     def setup(self) -> None:
         self.asr.setup()
@@ -63,9 +65,8 @@ class Agent:
     def run_turn(self, session: Session, turn: TurnInput, sink: AudioSink,
                  cancel: threading.Event, endpoint: Endpoint | None = None) -> TurnMetrics:
         endpoint = endpoint or self.cfg.primary
-        m = TurnMetrics(turn.turn_id, endpoint.name, source=turn.source)
-        with session.lock:
-            session.metrics.append(m)
+        anchor = self.cfg.anchor
+        m = self._new_row(session, turn, endpoint, "primary" if anchor else "")
         # 1. ASR
         text, language = turn.text, self.cfg.language
         if turn.audio is not None:
@@ -80,18 +81,51 @@ class Agent:
                 return _fail(session, m, "asr", "No words recognised; please try again.")
         with session.lock:
             session.history.append({"role": "user", "content": text})
-            session.chat.append({"role": "user", "content": text})
-            session.chat.append({"role": "assistant", "content": ""})
-        session.touch("Thinking...")
+            session.chat += [{"role": "user", "content": text},
+                             {"role": "assistant", "content": ""}]
+        messages = self.messages(session)
+        # A/B on separate GPUs: the anchor gets the same messages at the same moment
+        rival = None
+        if anchor is not None and self.cfg.ab_mode == "concurrent":
+            rival = threading.Thread(target=self.measure, daemon=True,
+                                     args=(session, turn, anchor, messages, cancel, "concurrent"))
+            rival.start()
         # 2. LLM, streamed; 3. pieces go to the TTS worker as soon as they are complete
+        session.touch("Thinking...")
         pieces: queue.Queue = queue.Queue()
         speaker = threading.Thread(target=self._speak, daemon=True, name=f"tts-{turn.turn_id}",
                                    args=(session, turn, pieces, sink, cancel, m, language))
         speaker.start()
+        stats, error = self._stream_to_speaker(session, endpoint, messages, m, pieces, cancel)
+        speaker.join(timeout=60)
+        # 4. history keeps what was said, marked when cut
+        self._record_reply(session, m, stats, error, cancel)
+        # 5. A/B on one GPU: the anchor runs once the primary turn is over
+        if anchor is not None and rival is None:
+            self.measure(session, turn, anchor, messages, cancel, "after-primary")
+        elif rival is not None:
+            rival.join()
+        if error:
+            return _fail(session, m, "llm", error)
+        session.touch("Interrupted." if m.cancelled else "Ready.")
+        return m
+
+    def _new_row(self, session: Session, turn: TurnInput, endpoint: Endpoint,
+                 order: str) -> TurnMetrics:
+        m = TurnMetrics(turn.turn_id, endpoint.name, source=turn.source, model=endpoint.model,
+                        order=order)
+        with session.lock:
+            session.metrics.append(m)
+        return m
+
+    def _stream_to_speaker(self, session: Session, endpoint: Endpoint, messages: list[dict],
+                           m: TurnMetrics, pieces: queue.Queue,
+                           cancel: threading.Event) -> tuple[StreamStats, str]:
+        """Stream the reply onto the page and, cut into pieces, into the TTS queue."""
         stats, chunker, error = StreamStats(), SentenceChunker(), ""
+        before = self.server_views.before(endpoint)
         try:
-            for delta in stream_chat(endpoint, self.messages(session), self.cfg.llm,
-                                     turn.turn_id, stats, cancel):
+            for delta in stream_chat(endpoint, messages, self.cfg.llm, m.turn_id, stats, cancel):
                 with session.lock:
                     session.chat[-1]["content"] += delta.text
                     if m.ttft_ms is None:  # shown while the reply still streams
@@ -105,15 +139,12 @@ class Agent:
             for piece in chunker.flush():
                 pieces.put(piece)
         pieces.put(None)
-        # 4. figures of the model's side
-        m.ttft_ms = ms(stats.first - stats.sent) if stats.first else None
-        m.ms_per_token = token_gap_ms(stats.first, stats.last, stats.tokens) \
-            if stats.first else None
-        m.reply_tokens, m.prompt_tokens = stats.tokens, stats.prompt_tokens
-        m.cached_tokens = stats.cached_tokens
-        m.llm_turn_ms = ms(stats.closed - stats.sent) if stats.closed else None
-        speaker.join(timeout=60)
-        # 5. history keeps what was said, marked when cut
+        fill_llm_figures(m, stats)
+        fill_server_view(m, self.server_views.after(endpoint, before))
+        return stats, error
+
+    def _record_reply(self, session: Session, m: TurnMetrics, stats: StreamStats, error: str,
+                      cancel: threading.Event) -> None:
         reply = "".join(stats.text).strip()
         m.cancelled = cancel.is_set()
         with session.lock:
@@ -125,9 +156,26 @@ class Agent:
             session.chat[-1]["content"] = (reply + note) if reply else ""
             if not reply:
                 session.chat.pop()
-        if error:
-            return _fail(session, m, "llm", error)
-        session.touch("Interrupted." if m.cancelled else "Ready.")
+
+    def measure(self, session: Session, turn: TurnInput, endpoint: Endpoint,
+                messages: list[dict], cancel: threading.Event, order: str) -> TurnMetrics:
+        """The same request to another endpoint, timed the same way; not spoken, not kept."""
+        m = self._new_row(session, turn, endpoint, order)
+        if cancel.is_set():
+            m.cancelled = True
+            return m
+        session.touch(f"Measuring {endpoint.name}...")
+        stats = StreamStats()
+        before = self.server_views.before(endpoint)
+        try:
+            for _ in stream_chat(endpoint, messages, self.cfg.llm, turn.turn_id, stats, cancel):
+                pass
+        except LlmError as exc:
+            m.error_stage, m.error = "llm", str(exc)
+        fill_llm_figures(m, stats)
+        fill_server_view(m, self.server_views.after(endpoint, before))
+        m.cancelled = cancel.is_set()
+        session.touch()
         return m
 
     def _speak(self, session: Session, turn: TurnInput, pieces: queue.Queue, sink: AudioSink,
@@ -159,6 +207,20 @@ class Agent:
                     m.server_v2v_ms = ms(now - turn.speech_end)
             sink(SpeechChunk(turn.turn_id, pcm, rate, piece, engine, now), first)
             first = False
+
+
+def fill_llm_figures(m: TurnMetrics, stats: StreamStats) -> None:
+    m.ttft_ms = ms(stats.first - stats.sent) if stats.first else None
+    m.ms_per_token = token_gap_ms(stats.first, stats.last, stats.tokens) if stats.first else None
+    m.reply_tokens, m.prompt_tokens = stats.tokens, stats.prompt_tokens
+    m.cached_tokens = stats.cached_tokens
+    m.llm_turn_ms = ms(stats.closed - stats.sent) if stats.closed else None
+
+
+def fill_server_view(m: TurnMetrics, view: ServerView | None) -> None:
+    if view is not None:
+        m.server_ttft_ms, m.server_itl_ms = view.ttft_ms, view.itl_ms
+        m.server_requests, m.prefix_hit_tokens = view.requests, view.prefix_hit_tokens
 
 
 def _fail(session: Session, m: TurnMetrics, stage: str, message: str) -> TurnMetrics:

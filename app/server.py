@@ -20,12 +20,12 @@ log = logging.getLogger(__name__)
 HEARTBEAT_S = 15.0
 
 
-def create_app(agent: Agent, title: str = "Voice agent") -> FastAPI:
+def create_app(agent: Agent, title: str = "Voice agent", notice: str = "") -> FastAPI:
     import gradio as gr
 
     cfg: AppConfig = agent.cfg
     hub = SessionHub()
-    ui = VoiceUi(agent, hub)
+    ui = VoiceUi(agent, hub, notice)
     app = FastAPI()
 
     @app.get("/agent/audio/{sid}")

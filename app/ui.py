@@ -12,10 +12,18 @@ import numpy as np
 
 from app.audio import AudioInputError, load_upload, resample, to_mono_float, wav_bytes
 from app.hub import SessionHub
-from app.metrics import FIGURES, LABELS, TurnMetrics, median
+from app.metrics import TurnMetrics, to_csv, to_json
 from app.pipeline import Agent, TurnInput
 from app.session import Session, TurnHandle
 from app.vad import StreamingVad, has_speech
+from app.views import (
+    ENDPOINT_COLORS,
+    TABLE_HEADERS,
+    figures_html,
+    medians_markdown,
+    plot_frame,
+    turns_table,
+)
 
 PLAYER_JS = (Path(__file__).parent / "static" / "player.js").read_text()
 CSS = """
@@ -26,9 +34,11 @@ CSS = """
 
 
 class VoiceUi:
-    def __init__(self, agent: Agent, hub: SessionHub) -> None:
+    def __init__(self, agent: Agent, hub: SessionHub, notice: str = "") -> None:
         self.agent = agent
         self.hub = hub
+        self.notice = notice
+        """Shown above the figures: what is being compared, and any mismatch found."""
 
     # --- turns ----------------------------------------------------------------------------
     def start_turn(self, session: Session, turn: TurnInput) -> TurnHandle:
@@ -136,13 +146,26 @@ class VoiceUi:
 
     def poll(self, session: Session | None):  # noqa: ANN201
         if session is None or session.version == session.rendered:
-            return [gr.skip()] * 5
+            return [gr.skip()] * 7
         with session.lock:
             session.rendered = session.version
             chat = [dict(c) for c in session.chat]
             rows = list(session.metrics)
             status = session.status
-        return chat, f"**{status}**", figures_html(rows), turns_table(rows), plot_frame(rows)
+        return (chat, f"**{status}**", figures_html(rows), medians_markdown(rows),
+                turns_table(rows), plot_frame(rows, "ttft_ms"), plot_frame(rows, "ms_per_token"))
+
+    def export(self, session: Session | None, fmt: str) -> str:
+        """The session's records as a file a script can re-plot (API keys are not in them)."""
+        if session is None:
+            raise gr.Error("Nothing to export yet.")
+        with session.lock:
+            rows = list(session.metrics)
+        body = to_json(rows) if fmt == "json" else to_csv(rows)
+        with tempfile.NamedTemporaryFile("w", suffix=f".{fmt}", prefix="turns-", delete=False,
+                                         encoding="utf-8") as f:
+            f.write(body)
+            return f.name
 
 
 def _write_wav(chunks: list) -> str | None:
@@ -155,54 +178,6 @@ def _write_wav(chunks: list) -> str | None:
     with tempfile.NamedTemporaryFile(suffix=".wav", delete=False, prefix="reply-") as f:
         f.write(wav_bytes(pcm, rate))
         return f.name
-
-
-def _fmt(value: float | int | None) -> str:
-    if value is None:
-        return "–"
-    return f"{value:,.0f}" if isinstance(value, int) or value >= 100 else f"{value:.1f}"
-
-
-def figures_html(rows: list[TurnMetrics]) -> str:
-    """The last turn's figures next to the session medians."""
-    last = rows[-1] if rows else None
-    lines = ["<div class='va-figures'><table><tr><th>figure</th><th>last turn</th>"
-             "<th>median</th></tr>"]
-    for name in FIGURES:
-        value = getattr(last, name) if last else None
-        lines.append(f"<tr><td>{LABELS[name]}</td><td class='num' data-figure='{name}'>"
-                     f"{_fmt(value)}</td><td class='num'>{_fmt(median(rows, name))}</td></tr>")
-    if last is not None:
-        engine = last.tts_engine or "–"
-        lines.append(f"<tr><td>TTS engine</td><td colspan='2'>{engine}</td></tr>")
-        if last.error:
-            lines.append(f"<tr><td>error ({last.error_stage})</td><td colspan='2'>"
-                         f"{last.error}</td></tr>")
-    lines.append("</table></div>")
-    return "".join(lines)
-
-
-def turns_table(rows: list[TurnMetrics]) -> list[list]:
-    return [[r.turn_id, r.endpoint, r.source] + [getattr(r, f) for f in FIGURES]
-            + [r.cached_tokens, r.tts_engine, r.error_stage or ("cut" if r.cancelled else "")]
-            for r in rows]
-
-
-TABLE_HEADERS = ["turn", "endpoint", "input"] + [LABELS[f] for f in FIGURES] \
-    + ["cached prompt tokens", "TTS engine", "note"]
-
-
-PLOTTED = {"ttft_ms": "TTFT", "llm_turn_ms": "LLM turn", "v2v_ms": "voice-to-voice"}
-PLOT_COLORS = ["#1f77b4", "#2ca02c", "#ff7f0e"]
-
-
-def plot_frame(rows: list[TurnMetrics]):  # noqa: ANN201 - pandas.DataFrame
-    import pandas as pd
-
-    points = [{"turn": r.turn_id, "ms": getattr(r, f), "series": label}
-              for r in rows for f, label in PLOTTED.items() if getattr(r, f) is not None]
-    frame = pd.DataFrame(points, columns=["turn", "ms", "series"])
-    return frame.astype({"turn": "int64", "ms": "float64", "series": "object"})
 
 
 def build_blocks(ui: VoiceUi, title: str) -> gr.Blocks:
@@ -229,11 +204,18 @@ def build_blocks(ui: VoiceUi, title: str) -> gr.Blocks:
                                            interactive=False)
                     turn_json = gr.JSON(label="Turn metrics")
             with gr.Column(scale=2):
+                gr.Markdown(ui.notice, elem_id="va-notice")
                 figures = gr.HTML(figures_html([]), label="Latency", elem_id="va-figures")
+                medians = gr.Markdown(medians_markdown([]), elem_id="va-medians")
                 # a color map makes the series categorical from the first, empty frame
-                plot = gr.LinePlot(None, x="turn", y="ms", color="series",
-                                   color_map=dict(zip(PLOTTED.values(), PLOT_COLORS)),
-                                   title="Per-turn latency (ms)", height=260)
+                plots = [gr.LinePlot(None, x="turn", y="value", color="endpoint",
+                                     color_map=ENDPOINT_COLORS, title=title_, height=220,
+                                     y_title=unit, elem_id=f"va-plot-{key}")
+                         for key, title_, unit in (("ttft", "TTFT per turn", "ms"),
+                                                   ("mstok", "ms/token per turn", "ms"))]
+                with gr.Row():
+                    csv_btn = gr.DownloadButton("Export CSV", size="sm")
+                    json_btn = gr.DownloadButton("Export JSON", size="sm")
         table = gr.Dataframe(headers=TABLE_HEADERS, label="Turns", interactive=False,
                              elem_id="va-turns")
         demo.load(ui.init, inputs=[sid], outputs=[state], js=PLAYER_JS)
@@ -246,6 +228,9 @@ def build_blocks(ui: VoiceUi, title: str) -> gr.Blocks:
         upload.upload(ui.voice_turn, [upload, state], [heard, said, reply_audio, turn_json, state],
                       api_name="voice_turn", concurrency_limit=None)
         timer = gr.Timer(0.25)
-        timer.tick(ui.poll, [state], [chatbot, status, figures, table, plot],
+        timer.tick(ui.poll, [state], [chatbot, status, figures, medians, table, *plots],
                    show_progress="hidden", concurrency_limit=None, api_name=False)
+        csv_btn.click(lambda s: ui.export(s, "csv"), [state], [csv_btn], api_name="export_csv")
+        json_btn.click(lambda s: ui.export(s, "json"), [state], [json_btn],
+                       api_name="export_json")
     return demo

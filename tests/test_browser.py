@@ -8,7 +8,7 @@ from bench.page import fake_mic_file, open_page, start_recording, stop_recording
 from tests.conftest import ARTIFACTS, ASSETS, TRANSCRIPTS, word_recall
 
 pytestmark = pytest.mark.integration
-V2V_CELL = "#va-figures td[data-figure='v2v_ms']"
+V2V_CELL = "#va-figures td[data-endpoint='primary'][data-figure='v2v_ms']"
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ def test_typed_turn_plays_audio_and_shows_figures(app_url, page_for):
                            ".includes('Ready')", timeout=60000)
     chat = page.inner_text("#va-chat")
     assert "Hello! Who are you?" in chat
-    ttft = page.inner_text("#va-figures td[data-figure='ttft_ms']")
+    ttft = page.inner_text("#va-figures td[data-endpoint='primary'][data-figure='ttft_ms']")
     assert any(c.isdigit() for c in ttft)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=ARTIFACTS / "page_text_turn.png", full_page=True)
@@ -62,7 +62,7 @@ def test_spoken_turn_through_the_microphone(app_url, page_for, tmp_path):
     assert v2v > 400  # at least the end-of-speech silence the VAD waits for
     chat = page.inner_text("#va-chat")
     assert word_recall(TRANSCRIPTS["en_capital.wav"], chat) >= 0.8, chat
-    asr = page.inner_text("#va-figures td[data-figure='asr_ms']")
+    asr = page.inner_text("#va-figures td[data-endpoint='primary'][data-figure='asr_ms']")
     assert any(c.isdigit() for c in asr)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=ARTIFACTS / "page_spoken_turn.png", full_page=True)

@@ -33,3 +33,38 @@ def test_public_host_needs_auth():
     assert cfg.auth == ("me", "pw")
     with pytest.raises(SystemExit, match="user:password"):
         from_args(parser().parse_args(["--auth", "nopassword"]))
+
+
+def test_anchor_flags_env_and_config_file(tmp_path, monkeypatch):
+    from app.config import parse
+
+    cfg = from_args(parse(["--anchor-base-url", "http://a/v1", "--anchor-model", "anc"]))
+    assert cfg.anchor.name == "anchor" and cfg.anchor.model == "anc"
+    assert cfg.ab_mode == "sequential"
+    with pytest.raises(SystemExit, match="both"):
+        from_args(parse(["--anchor-model", "anc"]))
+    conf = tmp_path / "ab.toml"
+    conf.write_text('base_url = "http://p/v1"\nanchor_base_url = "http://a/v1"\n'
+                    'anchor_model = "anc"\nab_mode = "concurrent"\n')
+    cfg = from_args(parse(["--config", str(conf), "--model", "flag-wins"]))
+    assert cfg.primary.base_url == "http://p/v1" and cfg.primary.model == "flag-wins"
+    assert cfg.anchor.model == "anc" and cfg.ab_mode == "concurrent"
+    conf.write_text('no_such_key = 1\n')
+    with pytest.raises(SystemExit, match="unknown keys"):
+        parse(["--config", str(conf)])
+
+
+def test_gpu_plan():
+    from app.launch import format_plan, plan_gpus
+
+    one = plan_gpus("p", "a", [139.8])
+    assert [p.gpu for p in one] == [0, 0] and sum(p.fraction for p in one) <= 0.92
+    assert all(p.kv_gib > 1 for p in one)
+    two = plan_gpus("p", "a", [32.0, 32.0])
+    assert [p.gpu for p in two] == [0, 1] and two[0].fraction == 0.9
+    assert plan_gpus("p", None, [24.0])[0].kv_gib > 1  # the card: fits a 24 GB card
+    with pytest.raises(SystemExit, match="does not fit"):
+        plan_gpus("p", "a", [32.0])
+    with pytest.raises(SystemExit, match="needs an NVIDIA GPU"):
+        plan_gpus("p", None, [])
+    assert "weights 18.6 GiB" in format_plan(one, [139.8])

@@ -22,7 +22,8 @@ def port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_demo_starts_serves_and_ctrl_c_leaves_no_server():
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_demo_starts_serves_and_stopping_leaves_no_server(stop):
     port, vllm_port = free_port(), free_port()
     proc = subprocess.Popen([sys.executable, "-m", "app", "--demo", "--port", str(port),
                              "--vllm-port", str(vllm_port)], cwd=ROOT, stdout=subprocess.PIPE,
@@ -41,7 +42,7 @@ def test_demo_starts_serves_and_ctrl_c_leaves_no_server():
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/agent/health", timeout=10) as r:
             assert b"smollm2" in r.read()
         assert port_open(vllm_port)
-        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        proc.send_signal(stop)
         assert proc.wait(timeout=60) is not None
         for _ in range(30):
             if not port_open(vllm_port):

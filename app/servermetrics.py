@@ -1,0 +1,111 @@
+"""The server's own view of a request, from vLLM's Prometheus `/metrics`.
+
+A snapshot before and after one request gives that request's server-side TTFT and mean
+inter-token latency (histogram sum / count deltas) and its prefix-cache hits. It is exact
+when the request was the only one on that server in between (one user, sequential A/B);
+with concurrent traffic it is the mean of whatever ran, and `requests` says how many.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+WANTED = {
+    "vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count",
+    "vllm:inter_token_latency_seconds_sum", "vllm:inter_token_latency_seconds_count",
+    "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total",
+    "vllm:request_success_total",
+}
+
+
+def metrics_url(base_url: str) -> str:
+    root = base_url.rstrip("/")
+    return (root[:-3] if root.endswith("/v1") else root) + "/metrics"
+
+
+def parse(text: str) -> dict[str, float]:
+    """Sum each wanted series over its labels (engines, finish reasons)."""
+    totals: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in WANTED:
+            try:
+                totals[name] = totals.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+            except (IndexError, ValueError):
+                continue
+    return totals
+
+
+def snapshot(base_url: str, timeout_s: float = 2.0) -> dict[str, float] | None:
+    """None when the server has no /metrics (not vLLM) or cannot be reached."""
+    try:
+        with urllib.request.urlopen(metrics_url(base_url), timeout=timeout_s) as resp:
+            return parse(resp.read().decode("utf-8", "replace"))
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class ServerView:
+    requests: int
+    """Requests the server finished between the two snapshots."""
+    ttft_ms: float | None
+    itl_ms: float | None
+    prefix_hit_tokens: int | None
+    prefix_query_tokens: int | None
+
+
+def between(before: dict[str, float] | None, after: dict[str, float] | None) -> ServerView | None:
+    if not before or not after:
+        return None
+
+    def d(name: str) -> float:
+        return after.get(name, 0.0) - before.get(name, 0.0)
+
+    def mean_ms(prefix: str) -> float | None:
+        n = d(prefix + "_count")
+        return round(d(prefix + "_sum") / n * 1000, 1) if n > 0 else None
+
+    hits, queries = d("vllm:prefix_cache_hits_total"), d("vllm:prefix_cache_queries_total")
+    return ServerView(requests=int(d("vllm:request_success_total")),
+                      ttft_ms=mean_ms("vllm:time_to_first_token_seconds"),
+                      itl_ms=mean_ms("vllm:inter_token_latency_seconds"),
+                      prefix_hit_tokens=int(hits) if "vllm:prefix_cache_hits_total" in after
+                      else None,
+                      prefix_query_tokens=int(queries) if queries else None)
+
+
+class ServerViews:
+    """Snapshots per endpoint; the snapshot after one request is the next one's "before",
+    so only the first request of a server waits for a scrape before it is sent."""
+
+    def __init__(self, settle_s: float = 0.05) -> None:
+        self._last: dict[str, dict[str, float] | None] = {}
+        self._lock = threading.Lock()
+        self.settle_s = settle_s
+
+    def before(self, endpoint) -> dict[str, float] | None:  # noqa: ANN001 - config.Endpoint
+        with self._lock:
+            if endpoint.base_url in self._last:
+                return self._last[endpoint.base_url]
+        snap = snapshot(endpoint.base_url)
+        with self._lock:
+            self._last[endpoint.base_url] = snap
+        return snap
+
+    def after(self, endpoint, before: dict[str, float] | None) -> ServerView | None:  # noqa: ANN001
+        if before is None:
+            with self._lock:
+                self._last.pop(endpoint.base_url, None)  # try again next time
+            return None
+        time.sleep(self.settle_s)  # the server records a request just after its last chunk
+        snap = snapshot(endpoint.base_url)
+        with self._lock:
+            self._last[endpoint.base_url] = snap
+        return between(before, snap)
