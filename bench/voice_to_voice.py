@@ -37,7 +37,7 @@ GAP_S = 9.0  # pause after each turn: room for the reply to play out before the 
 # to ASR, TTS and the browser.
 CONFIGS = {
     "both-cores": {"VLLM_CPU_OMP_THREADS_BIND": "0-1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"},
-    "one-core": {"VLLM_CPU_OMP_THREADS_BIND": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "1"},
+    "one-core": {"VLLM_CPU_OMP_THREADS_BIND": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "1"},  # default
 }
 FIGURES = ["v2v_ms", "server_v2v_ms", "asr_ms", "ttft_ms", "ms_per_token", "llm_turn_ms",
            "tts_first_audio_ms", "reply_tokens"]
