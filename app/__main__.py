@@ -44,8 +44,8 @@ def demo_servers(args: argparse.Namespace) -> list[VllmServer]:
         args.persona = ROOT / "persona" / "small-en.md"
     if args.repetition_penalty is None:
         args.repetition_penalty = 1.15  # the 135M model loops under pure greedy decoding
-    if args.language == "auto":
-        args.language = "en"
+    if args.language is None:
+        args.language = "en"  # the embedded model speaks English only
     return servers
 
 

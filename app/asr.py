@@ -42,7 +42,8 @@ class Asr:
         segments, info = self.model.transcribe(
             audio, language=None if lang == "auto" else lang, beam_size=self.cfg.beam_size,
             condition_on_previous_text=False, without_timestamps=True, vad_filter=False,
-            initial_prompt=_ZH_PROMPT if lang == "zh" else None,
+            # in auto mode too: detection does not read the prompt, English stays English
+            initial_prompt=None if lang == "en" else _ZH_PROMPT,
         )
         text = "".join(s.text for s in segments if s.no_speech_prob < 0.8).strip()
         return Transcript(turn_id, text, info.language, t0, time.perf_counter())

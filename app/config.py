@@ -60,7 +60,8 @@ class LlmConfig:
 @dataclass
 class TtsConfig:
     engine: str = "auto"
-    """"auto" (edge-tts, then offline), "edge", "piper", "espeak"."""
+    """"auto" or "edge" (edge-tts, then offline), "offline" (piper for English, Kokoro for
+    Mandarin, espeak-ng), "espeak"."""
     edge_voice_en: str = "en-US-AriaNeural"
     edge_voice_zh: str = "zh-CN-XiaoxiaoNeural"
     edge_proxy: str = ""
@@ -113,10 +114,13 @@ def parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("speech")
     g.add_argument("--asr-model", default=AsrConfig.model,
                    help="CTranslate2 dir or faster-whisper hub id")
-    g.add_argument("--language", default="auto", help="auto, en or zh (ASR and TTS voice)")
+    g.add_argument("--language", default=None,
+                   help="auto (default; --demo: en), en or zh: ASR language and TTS voice")
     g.add_argument("--vad-silence-ms", type=int, default=VadConfig.silence_ms)
     g.add_argument("--vad-threshold", type=float, default=VadConfig.threshold)
-    g.add_argument("--tts", default="auto", choices=["auto", "edge", "piper", "espeak"])
+    g.add_argument("--tts", default="auto", choices=["auto", "edge", "offline", "espeak"],
+                   help="auto/edge: edge-tts, then offline; offline: piper (en), kokoro (zh), "
+                   "espeak-ng")
     g.add_argument("--voice-en", default=TtsConfig.edge_voice_en, help="edge-tts English voice")
     g.add_argument("--voice-zh", default=TtsConfig.edge_voice_zh, help="edge-tts Mandarin voice")
     g.add_argument("--piper-voice", default="", help="piper .onnx voice file")
@@ -185,9 +189,9 @@ def from_args(args: argparse.Namespace) -> AppConfig:
         primary=Endpoint("primary", args.base_url, args.model, args.api_key),
         anchor=anchor, ab_mode=args.ab_mode,
         persona=args.persona or AppConfig.persona,
-        language=args.language,
+        language=args.language or "auto",
         vad=VadConfig(threshold=args.vad_threshold, silence_ms=args.vad_silence_ms),
-        asr=AsrConfig(model=args.asr_model, language=args.language),
+        asr=AsrConfig(model=args.asr_model, language=args.language or "auto"),
         llm=llm,
         tts=TtsConfig(engine=args.tts, edge_voice_en=args.voice_en, edge_voice_zh=args.voice_zh,
                       piper_voice=args.piper_voice, edge_proxy=args.edge_proxy),

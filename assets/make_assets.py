@@ -1,4 +1,5 @@
-"""Regenerate the test recordings in this folder with the offline piper voice.
+"""Regenerate the test recordings in this folder with the offline voices (piper for English,
+Kokoro for Mandarin).
 
   .venv/bin/python assets/make_assets.py
 
@@ -21,6 +22,11 @@ CLIPS = {
     "en_weather.wav": "How do I stay warm in winter?",
     "en_hello.wav": "Hello, who are you?",
 }
+ZH_CLIPS = {
+    "zh_weather.wav": "今天天气怎么样？",
+    "zh_intro.wav": "你好，请介绍一下你自己。",
+    "zh_music.wav": "我想听一首轻松的音乐。",
+}
 
 
 def main() -> None:
@@ -28,12 +34,14 @@ def main() -> None:
 
     sys.path.insert(0, str(HERE.parent))
     from app.audio import resample
+    from app.tts.kokoro import KokoroTts
     from app.tts.piper import PiperTts
 
-    tts = PiperTts()
-    tts.setup()
-    for name, text in CLIPS.items():
-        pcm, rate = tts.synthesize(text, "en")
+    voices = {"en": PiperTts(), "zh": KokoroTts()}
+    for voice in voices.values():
+        voice.setup()
+    for name, text in {**CLIPS, **ZH_CLIPS}.items():
+        pcm, rate = voices[name[:2]].synthesize(text, name[:2])
         x = resample(pcm.astype(np.float32) / 32768, rate, 16000)
         pad = np.zeros(int(0.4 * 16000), dtype=np.float32)
         sf.write(HERE / name, np.concatenate([pad, x, pad]), 16000, subtype="PCM_16")
@@ -42,8 +50,10 @@ def main() -> None:
     up = np.interp(np.arange(len(x) * 3) / 3, np.arange(len(x)), x)
     sf.write(HERE / "en_capital_48k_stereo.wav", np.stack([up, up * 0.8], axis=1), 48000,
              subtype="PCM_16")
-    transcripts = dict(CLIPS, **{"en_capital_48k_stereo.wav": CLIPS["en_capital.wav"]})
-    (HERE / "transcripts.json").write_text(json.dumps(transcripts, indent=1) + "\n")
+    transcripts = dict(CLIPS, **ZH_CLIPS,
+                       **{"en_capital_48k_stereo.wav": CLIPS["en_capital.wav"]})
+    text = json.dumps(transcripts, indent=1, ensure_ascii=False)
+    (HERE / "transcripts.json").write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,10 @@ def words(text: str) -> list[str]:
 
 
 def word_recall(reference: str, hypothesis: str) -> float:
+    """Share of the reference's words (Chinese: characters) found in the hypothesis."""
+    cjk = [c for c in reference if "\u4e00" <= c <= "\u9fff"]
+    if cjk:
+        return sum(c in hypothesis for c in cjk) / len(cjk)
     ref, hyp = words(reference), set(words(hypothesis))
     return sum(w in hyp for w in ref) / len(ref)
 

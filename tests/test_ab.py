@@ -35,7 +35,7 @@ def make_agent(endpoint, anchor_server, mode="sequential", max_tokens=40):  # no
     cfg = AppConfig(primary=endpoint, anchor=anchor, ab_mode=mode,
                     persona=ROOT / "persona" / "small-en.md", language="en",
                     llm=LlmConfig(max_tokens=max_tokens, repetition_penalty=1.15),
-                    tts=TtsConfig(engine="piper"))
+                    tts=TtsConfig(engine="offline"))
     agent = Agent(cfg)
     agent.setup()
     return agent

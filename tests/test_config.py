@@ -14,10 +14,10 @@ def test_defaults_bind_loopback():
 def test_flags_map_onto_components():
     cfg = from_args(parser().parse_args([
         "--base-url", "http://h:1/v1", "--model", "m", "--api-key", "secret",
-        "--vad-silence-ms", "600", "--tts", "piper", "--language", "zh", "--max-tokens", "50"]))
+        "--vad-silence-ms", "600", "--tts", "offline", "--language", "zh", "--max-tokens", "50"]))
     assert (cfg.primary.base_url, cfg.primary.model, cfg.primary.api_key) == (
         "http://h:1/v1", "m", "secret")
-    assert cfg.vad.silence_ms == 600 and cfg.tts.engine == "piper"
+    assert cfg.vad.silence_ms == 600 and cfg.tts.engine == "offline"
     assert cfg.asr.language == "zh" and cfg.llm.max_tokens == 50
 
 

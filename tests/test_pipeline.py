@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 def agent(endpoint):
     cfg = AppConfig(primary=endpoint, persona=ROOT / "persona" / "small-en.md", language="en",
                     llm=LlmConfig(max_tokens=40, repetition_penalty=1.15),
-                    tts=TtsConfig(engine="piper"))
+                    tts=TtsConfig(engine="offline"))
     a = Agent(cfg)
     a.setup()
     return a
@@ -82,3 +82,20 @@ def test_silence_gives_asr_error_not_a_reply(agent):
     session = Session("s")
     m, chunks = run(agent, session, TurnInput(1, "voice", audio=np.zeros(16000, np.float32)))
     assert m.error_stage == "asr" and not chunks and session.history == []
+
+
+def test_mandarin_voice_turn_is_transcribed_in_simplified_chinese(agent):
+    import dataclasses
+
+    from app.asr import Asr
+
+    asr = Asr(dataclasses.replace(agent.cfg.asr, language="auto"))
+    auto = Agent(dataclasses.replace(agent.cfg, language="auto", asr=asr.cfg), asr=asr,
+                 tts=agent.tts)
+    audio, _ = sf.read(ASSETS / "zh_music.wav", dtype="float32")
+    session = Session("zh")
+    m, chunks = run(auto, session, TurnInput(1, "voice", audio=audio))
+    assert not m.error, m.error
+    heard = session.history[0]["content"]
+    assert word_recall(TRANSCRIPTS["zh_music.wav"], heard) >= 0.8, heard
+    assert chunks  # the reply was spoken

@@ -8,6 +8,7 @@ from app.config import TtsConfig
 from app.tts import FallbackTts, TtsError, language_of
 from app.tts.edge import EdgeTts
 from app.tts.espeak import EspeakTts
+from app.tts.kokoro import KokoroTts
 from app.tts.piper import PiperTts
 
 pytestmark = pytest.mark.integration
@@ -27,6 +28,21 @@ def test_offline_engines_speak_english(engine):
 
 def test_espeak_speaks_mandarin():
     assert_speech(*EspeakTts().synthesize("你好，今天天气很好。", "zh"))
+
+
+def test_kokoro_speaks_mandarin_that_whisper_understands():
+    from app.asr import Asr
+    from app.audio import resample
+    from app.config import AsrConfig
+    from tests.conftest import word_recall
+
+    tts = KokoroTts()
+    tts.setup()
+    pcm, rate = tts.synthesize("我们明天下午去公园散步吧。", "zh")
+    assert_speech(pcm, rate)
+    asr = Asr(AsrConfig(language="zh"))
+    heard = asr.process(1, resample(pcm.astype("float32") / 32768, rate)).text
+    assert word_recall("我们明天下午去公园散步吧", heard) >= 0.7, heard
 
 
 def test_edge_outage_falls_back_at_once_and_says_so():
@@ -50,8 +66,8 @@ def test_language_routing():
     assert language_of("你好，今天怎么样？") == "zh"
     assert language_of("Hello there") == "en"
     assert language_of("123", default="zh") == "zh"
-    tts = FallbackTts([PiperTts(), EspeakTts()])
+    tts = FallbackTts([PiperTts(), KokoroTts(), EspeakTts()])
     _, _, name, _ = tts.synthesize("你好。", "zh")
-    assert name == "espeak"  # piper's voice is English-only and is skipped, not marked down
+    assert name == "kokoro"  # piper's voice is English-only and is skipped, not marked down
     _, _, name, _ = tts.synthesize("Hello.", "en")
     assert name == "piper"

@@ -1,7 +1,8 @@
 """Text to speech: one file per engine, all behind `TtsEngine`; `FallbackTts` chains them.
 
 `auto` tries edge-tts (online, a neural voice per language) and falls back at once to the
-offline engine for the language: piper for English, espeak-ng as the last resort.
+offline engine for the language: piper for English, Kokoro for Mandarin, espeak-ng as the
+last resort.
 """
 
 from __future__ import annotations
@@ -80,13 +81,14 @@ class FallbackTts:
 def build_tts(cfg: TtsConfig) -> FallbackTts:
     from app.tts.edge import EdgeTts
     from app.tts.espeak import EspeakTts
+    from app.tts.kokoro import KokoroTts
     from app.tts.piper import PiperTts
 
-    offline: list[TtsEngine] = [PiperTts(cfg.piper_voice), EspeakTts()]
+    offline: list[TtsEngine] = [PiperTts(cfg.piper_voice), KokoroTts(), EspeakTts()]
     chains: dict[str, list[TtsEngine]] = {
         "auto": [EdgeTts(cfg), *offline],
         "edge": [EdgeTts(cfg), *offline],
-        "piper": offline,
+        "offline": offline,
         "espeak": [EspeakTts()],
     }
     return FallbackTts(chains[cfg.engine], retry_after_s=cfg.edge_retry_after_s)
