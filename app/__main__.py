@@ -113,9 +113,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"warning: listening on {cfg.host}: anyone who can reach it and knows the "
                   "password can use the agent.", file=sys.stderr)
         app = create_app(agent, title=f"Voice agent · {cfg.primary.model}", notice=notice(cfg))
-        print(f"\n  Voice agent running on http://{cfg.host}:{cfg.port}  (Ctrl-C stops)\n",
-              flush=True)
-        serve(app, cfg.host, cfg.port)
+        serve(app, cfg.host, cfg.port,
+              f"\n  Voice agent running on http://{cfg.host}:{cfg.port}  (Ctrl-C stops)\n")
     except KeyboardInterrupt:
         pass
     finally:

@@ -99,7 +99,21 @@ def create_app(agent: Agent, title: str = "Voice agent", notice: str = "") -> Fa
     return app
 
 
-def serve(app: FastAPI, host: str, port: int) -> None:
+def serve(app: FastAPI, host: str, port: int, ready_message: str = "") -> None:
+    """Run the web server; print `ready_message` once it accepts connections."""
+    import threading
+    import time
+
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=3)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                           timeout_graceful_shutdown=3))
+
+    def announce() -> None:
+        while not server.started and not server.should_exit:
+            time.sleep(0.05)
+        if server.started and ready_message:
+            print(ready_message, flush=True)
+
+    threading.Thread(target=announce, daemon=True).start()
+    server.run()

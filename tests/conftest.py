@@ -39,14 +39,30 @@ def vllm_server():
 
 
 @pytest.fixture(scope="session")
+def anchor_server():
+    """The A/B anchor on the CPU: the same weights, served without prefix caching."""
+    from app.launch import cpu_server
+
+    server = cpu_server(served_name="smollm2-anchor", log_name="vllm-tests-anchor.log",
+                        prefix_caching=False).start()
+    try:
+        server.wait_healthy(timeout_s=900)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
 def endpoint(vllm_server):
     from app.config import Endpoint
 
     return Endpoint("primary", vllm_server.base_url, vllm_server.served_name)
 
 
-def app_args(endpoint) -> list[str]:  # noqa: ANN001
-    return ["--base-url", endpoint.base_url, "--model", endpoint.model,
+def app_args(endpoint, anchor=None) -> list[str]:  # noqa: ANN001
+    ab = ["--anchor-base-url", anchor.base_url, "--anchor-model", anchor.served_name] \
+        if anchor else []
+    return [*ab, "--base-url", endpoint.base_url, "--model", endpoint.model,
             "--persona", str(ROOT / "persona" / "small-en.md"), "--language", "en",
             "--repetition-penalty", "1.15", "--max-tokens", "60",
             # a proxy that refuses connections: edge-tts fails here even on a networked box
@@ -54,10 +70,12 @@ def app_args(endpoint) -> list[str]:  # noqa: ANN001
 
 
 @pytest.fixture(scope="session")
-def app_url(endpoint):
+def app_url(endpoint, anchor_server):
+    """The app as a user runs it, with the A/B on."""
     from app.launch import AppServer
 
-    app = AppServer(app_args(endpoint), log_path=ROOT / "logs" / "app-tests.log").start()
+    app = AppServer(app_args(endpoint, anchor_server),
+                    log_path=ROOT / "logs" / "app-tests.log").start()
     try:
         yield app.wait_healthy().url
     finally:

@@ -18,10 +18,11 @@ QUESTIONS = ["Hi there!", "What is your name?", "Tell me about the sea.", "Thank
 
 
 @pytest.fixture(scope="module")
-def anchor_server():
+def doomed_anchor():
+    """An anchor of its own for the test that kills it."""
     from app.launch import cpu_server
 
-    server = cpu_server(served_name="smollm2-anchor", log_name="vllm-tests-anchor.log",
+    server = cpu_server(served_name="smollm2-doomed", log_name="vllm-tests-doomed.log",
                         prefix_caching=False).start()
     try:
         server.wait_healthy(timeout_s=900)
@@ -87,8 +88,8 @@ def test_concurrent_mode_sends_both_at_once(endpoint, anchor_server):
     assert len(anchors) == 2 and all(r.order == "concurrent" and not r.error for r in anchors)
 
 
-def test_anchor_killed_mid_run_leaves_primary_intact(endpoint, anchor_server):
-    agent = make_agent(endpoint, anchor_server, mode="concurrent", max_tokens=120)
+def test_anchor_killed_mid_run_leaves_primary_intact(endpoint, doomed_anchor):
+    agent = make_agent(endpoint, doomed_anchor, mode="concurrent", max_tokens=120)
     session = Session("kill")
     talk(agent, session, QUESTIONS[:1])
     # kill the anchor while it streams its second reply
@@ -101,7 +102,7 @@ def test_anchor_killed_mid_run_leaves_primary_intact(endpoint, anchor_server):
             break
         time.sleep(0.01)
     time.sleep(0.3)
-    anchor_server.kill()
+    doomed_anchor.kill()
     turn.join(timeout=120)
     talk(agent, session, QUESTIONS[2:4])
     primary = [r for r in session.metrics if r.endpoint == "primary"]

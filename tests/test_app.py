@@ -69,3 +69,25 @@ def test_sessions_are_separate(app_url):
     rb = b.predict(handle_file(ASSETS / "en_hello.wav"), api_name="/voice_turn")
     assert ra[3]["turn_id"] == rb[3]["turn_id"] == 1
     assert ra[3]["prompt_tokens"] == rb[3]["prompt_tokens"]  # neither saw the other's turn
+
+
+def test_ab_records_and_export_round_trip(client):
+    from app.metrics import from_json
+
+    for name in ("en_hello.wav", "en_weather.wav"):
+        client.predict(handle_file(ASSETS / name), api_name="/voice_turn")
+    rows = from_json(open(client.predict(api_name="/export_json"), encoding="utf-8").read())
+    assert [(r.turn_id, r.endpoint) for r in rows] == [
+        (1, "primary"), (1, "anchor"), (2, "primary"), (2, "anchor")]
+    for r in rows:
+        assert not r.error and r.ttft_ms > 0 and r.ms_per_token > 0 and r.server_ttft_ms > 0
+    assert {r.order for r in rows} == {"primary", "after-primary"}
+    assert rows[0].prompt_tokens == rows[1].prompt_tokens  # same messages to both
+    import csv
+
+    with open(client.predict(api_name="/export_csv"), encoding="utf-8") as f:
+        table = list(csv.DictReader(f))
+    assert [(int(r["turn_id"]), r["endpoint"]) for r in table] == [
+        (r.turn_id, r.endpoint) for r in rows]
+    assert float(table[0]["ttft_ms"]) == rows[0].ttft_ms
+    assert "EMPTY" not in open(client.predict(api_name="/export_json")).read()

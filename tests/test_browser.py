@@ -49,6 +49,12 @@ def test_typed_turn_plays_audio_and_shows_figures(app_url, page_for):
     assert "Hello! Who are you?" in chat
     ttft = page.inner_text("#va-figures td[data-endpoint='primary'][data-figure='ttft_ms']")
     assert any(c.isdigit() for c in ttft)
+    # the anchor column fills in once the anchor has answered the same messages
+    page.wait_for_function(
+        "() => /[0-9]/.test(document.querySelector(\"#va-figures td[data-endpoint='anchor']"
+        "[data-figure='ttft_ms']\").textContent)", timeout=60000)
+    assert "primary vs anchor" in page.inner_text("#va-medians")
+    assert page.locator("#va-plot-ttft").is_visible()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=ARTIFACTS / "page_text_turn.png", full_page=True)
 

@@ -17,6 +17,21 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.integration
 
 
+def vllm_pids() -> set[int]:
+    """vLLM servers whose command line names this demo's ports (primary and anchor)."""
+    pids = set()
+    for proc in os.listdir("/proc"):
+        if not proc.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{proc}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "vllm.entrypoints.openai.api_server" in cmd and "smollm2-135m-instruct" in cmd:
+            pids.add(int(proc))
+    return pids
+
+
 def port_open(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
@@ -42,6 +57,8 @@ def test_demo_starts_serves_and_stopping_leaves_no_server(stop):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/agent/health", timeout=10) as r:
             assert b"smollm2" in r.read()
         assert port_open(vllm_port)
+        servers = vllm_pids()
+        assert len(servers) >= 2  # primary and A/B anchor
         proc.send_signal(stop)
         assert proc.wait(timeout=60) is not None
         for _ in range(30):
@@ -49,6 +66,11 @@ def test_demo_starts_serves_and_stopping_leaves_no_server(stop):
                 break
             time.sleep(1)
         assert not port_open(vllm_port), "vLLM server left running"
+        for _ in range(30):
+            if not servers & vllm_pids():
+                break
+            time.sleep(1)
+        assert not servers & vllm_pids(), "a vLLM server was left running"
         assert not port_open(port)
     finally:
         if proc.poll() is None:
