@@ -17,19 +17,25 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.integration
 
 
-def vllm_pids() -> set[int]:
-    """vLLM servers whose command line names this demo's ports (primary and anchor)."""
+def vllm_children(parent: int) -> set[int]:
+    """vLLM API servers started by the process `parent` (the demo's primary and anchor)."""
     pids = set()
     for proc in os.listdir("/proc"):
         if not proc.isdigit():
             continue
         try:
             cmd = open(f"/proc/{proc}/cmdline", "rb").read().replace(b"\0", b" ").decode()
-        except OSError:
+            ppid = int(open(f"/proc/{proc}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
-        if "vllm.entrypoints.openai.api_server" in cmd and "smollm2-135m-instruct" in cmd:
+        if ppid == parent and "vllm.entrypoints.openai.api_server" in cmd:
             pids.add(int(proc))
     return pids
+
+
+def alive(pids: set[int]) -> set[int]:
+    return {p for p in pids if os.path.exists(f"/proc/{p}")
+            and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"}
 
 
 def port_open(port: int) -> bool:
@@ -57,8 +63,8 @@ def test_demo_starts_serves_and_stopping_leaves_no_server(stop):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/agent/health", timeout=10) as r:
             assert b"smollm2" in r.read()
         assert port_open(vllm_port)
-        servers = vllm_pids()
-        assert len(servers) >= 2  # primary and A/B anchor
+        servers = vllm_children(proc.pid)
+        assert len(servers) == 2  # primary and A/B anchor
         proc.send_signal(stop)
         assert proc.wait(timeout=60) is not None
         for _ in range(30):
@@ -67,10 +73,10 @@ def test_demo_starts_serves_and_stopping_leaves_no_server(stop):
             time.sleep(1)
         assert not port_open(vllm_port), "vLLM server left running"
         for _ in range(30):
-            if not servers & vllm_pids():
+            if not alive(servers):
                 break
             time.sleep(1)
-        assert not servers & vllm_pids(), "a vLLM server was left running"
+        assert not alive(servers), "a vLLM server was left running"
         assert not port_open(port)
     finally:
         if proc.poll() is None:

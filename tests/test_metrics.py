@@ -26,5 +26,5 @@ def test_export_round_trip():
             TurnMetrics(2, "anchor", error_stage="llm", error="cannot reach")]
     assert from_json(to_json(rows)) == rows
     csv_text = to_csv(rows)
-    assert csv_text.splitlines()[0].startswith("turn_id,endpoint,source,asr_ms,ttft_ms")
+    assert csv_text.splitlines()[0].startswith("turn_id,endpoint,source,model,order,asr_ms")
     assert len(csv_text.strip().splitlines()) == 3
