@@ -109,10 +109,13 @@ def main(argv: list[str] | None = None) -> None:
                           file=sys.stderr)
             except LlmError as exc:
                 print(f"warning: {ep.name}: {exc}. Turns fail until it answers.", file=sys.stderr)
+        print(f"Persona {cfg.persona.name}: {agent.pad_persona()}", flush=True)
         if cfg.host not in ("127.0.0.1", "localhost", "::1"):
             print(f"warning: listening on {cfg.host}: anyone who can reach it and knows the "
                   "password can use the agent.", file=sys.stderr)
-        app = create_app(agent, title=f"Voice agent · {cfg.primary.model}", notice=notice(cfg))
+        app = create_app(agent, title=f"Voice agent · {cfg.primary.model}",
+                         notice=notice(cfg) + f"\n\nPersona `{cfg.persona.name}`: "
+                         f"{agent.persona_note}.")
         serve(app, cfg.host, cfg.port,
               f"\n  Voice agent running on http://{cfg.host}:{cfg.port}  (Ctrl-C stops)\n")
     except KeyboardInterrupt:

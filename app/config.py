@@ -83,6 +83,13 @@ class AppConfig:
     """"sequential": the anchor request starts when the primary turn has finished (one GPU,
     no contention); "concurrent": both at once (endpoints on separate GPUs)."""
     persona: Path = ROOT / "persona" / "default.md"
+    persona_tag: str = "小安："
+    """Reply prefix the persona asks for (the harnesses check it); not spoken."""
+    persona_padding: bool = True
+    """Pad the persona to a whole number of prefix-cache blocks (app/padding.py)."""
+    persona_block: int = 0
+    """Prefix-cache block in tokens; 0: read it from the server's /metrics, else the card's
+    544 (Qwen3.6-35B-A3B with --mamba-ssm-cache-dtype bfloat16; 1056 with fp32)."""
     language: str = "auto"
     vad: VadConfig = field(default_factory=VadConfig)
     asr: AsrConfig = field(default_factory=AsrConfig)
@@ -111,6 +118,13 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--max-tokens", type=int, default=LlmConfig.max_tokens)
     g.add_argument("--repetition-penalty", type=float, default=None)
     g.add_argument("--persona", type=Path, default=None, help="system prompt file")
+    g.add_argument("--persona-block", type=int, default=0,
+                   help="prefix-cache block to pad the persona to (0: ask the server; "
+                   "the card: 544 with a bf16 SSM state, 1056 with fp32)")
+    g.add_argument("--no-persona-padding", action="store_true")
+    g.add_argument("--persona-tag", default=None,
+                   help="reply prefix the persona asks for, kept in the text, not spoken "
+                   "(default persona: 小安：)")
     g = p.add_argument_group("speech")
     g.add_argument("--asr-model", default=AsrConfig.model,
                    help="CTranslate2 dir or faster-whisper hub id")
@@ -189,6 +203,8 @@ def from_args(args: argparse.Namespace) -> AppConfig:
         primary=Endpoint("primary", args.base_url, args.model, args.api_key),
         anchor=anchor, ab_mode=args.ab_mode,
         persona=args.persona or AppConfig.persona,
+        persona_padding=not args.no_persona_padding, persona_block=args.persona_block,
+        persona_tag=AppConfig.persona_tag if args.persona_tag is None else args.persona_tag,
         language=args.language or "auto",
         vad=VadConfig(threshold=args.vad_threshold, silence_ms=args.vad_silence_ms),
         asr=AsrConfig(model=args.asr_model, language=args.language or "auto"),

@@ -67,7 +67,7 @@ class TurnMetrics:
 
 
 FIGURES = ["asr_ms", "ttft_ms", "ms_per_token", "reply_tokens", "llm_turn_ms",
-           "tts_first_audio_ms", "v2v_ms"]
+           "tts_first_audio_ms", "v2v_ms", "cached_tokens"]
 LABELS = {
     "asr_ms": "ASR ms", "ttft_ms": "TTFT ms", "ms_per_token": "ms/token",
     "reply_tokens": "reply tokens", "llm_turn_ms": "LLM turn ms",

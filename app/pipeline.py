@@ -23,6 +23,13 @@ from app.config import AppConfig, Endpoint
 from app.llm import LlmError, StreamStats, stream_chat
 from app.messages import SpeechChunk
 from app.metrics import TurnMetrics, ms, token_gap_ms
+from app.padding import (
+    CARD_BLOCKS,
+    PaddingError,
+    pad_to_block,
+    server_block_size,
+    system_token_counter,
+)
 from app.servermetrics import ServerView, ServerViews
 from app.session import Session
 from app.tts import FallbackTts, TtsError, language_of
@@ -52,14 +59,44 @@ class Agent:
         self.asr = asr or Asr(cfg.asr)
         self.tts = tts or build_tts(cfg.tts)
         self.persona = load_persona(cfg.persona)
+        self.persona_note = "not padded"
         self.server_views = ServerViews()
 
     def setup(self) -> None:
         self.asr.setup()
         self.tts.setup()
 
+    def pad_persona(self) -> str:
+        """Pad the persona to the primary server's prefix-cache block; say what was done."""
+        if not self.cfg.persona_padding:
+            self.persona_note = "padding off"
+            return self.persona_note
+        endpoint = self.cfg.primary
+        block, source = self.cfg.persona_block, "flag"
+        if not block:
+            block, source = server_block_size(endpoint), "server"
+        if not block:
+            block, source = CARD_BLOCKS["bf16-ssm"], "card default"
+        try:
+            padded = pad_to_block(self.persona, system_token_counter(endpoint), block)
+        except PaddingError as exc:
+            self.persona_note = f"not padded ({exc})"
+            return self.persona_note
+        self.persona = padded.text
+        self.persona_note = (f"{padded.original_tokens:,} tokens, padded to {padded.tokens:,} "
+                             f"= {padded.tokens // block} x {block}-token blocks ({source})")
+        return self.persona_note
+
     def messages(self, session: Session) -> list[dict]:
-        keep = session.history[-2 * self.cfg.llm.history_turns:]
+        """Persona + the history window. The window's start moves in jumps of half its size,
+        not one turn at a time: a sliding start changes the prompt right after the persona
+        on every turn and the prefix cache then serves nothing past it (measured:
+        docs/PERFORMANCE.md)."""
+        with session.lock:
+            session.history_start = history_start(len(session.history),
+                                                  session.history_start,
+                                                  self.cfg.llm.history_turns)
+            keep = session.history[session.history_start:]
         return [{"role": "system", "content": self.persona}, *keep]
 
     def run_turn(self, session: Session, turn: TurnInput, sink: AudioSink,
@@ -184,6 +221,10 @@ class Agent:
         while (piece := pieces.get()) is not None:
             if cancel.is_set():
                 continue
+            if first and self.cfg.persona_tag:
+                piece = piece.removeprefix(self.cfg.persona_tag).strip()
+                if not piece:
+                    continue
             lang = language_of(piece, default=language if language in ("en", "zh") else "en")
             t0 = time.perf_counter()
             try:
@@ -207,6 +248,16 @@ class Agent:
                     m.server_v2v_ms = ms(now - turn.speech_end)
             sink(SpeechChunk(turn.turn_id, pcm, rate, piece, engine, now), first)
             first = False
+
+
+def history_start(n_messages: int, start: int, max_turns: int) -> int:
+    """Index of the first history message to send: unchanged while the window holds at most
+    `max_turns` user/assistant pairs (plus the new user message), then moved up to keep the
+    newest half of them. History alternates user/assistant, so the start stays even."""
+    pending = n_messages % 2  # the new user message, not answered yet
+    if n_messages - start <= 2 * max_turns + pending:
+        return start
+    return n_messages - 2 * max(1, max_turns // 2) - pending
 
 
 def fill_llm_figures(m: TurnMetrics, stats: StreamStats) -> None:

@@ -27,6 +27,8 @@ class Session:
     sid: str
     history: list[dict] = field(default_factory=list)
     """Chat messages sent to the model (user/assistant), partial replies included."""
+    history_start: int = 0
+    """First message of `history` still sent (see Agent.messages)."""
     chat: list[dict] = field(default_factory=list)
     """What the page shows: the same turns, with notes such as "[interrupted]"."""
     metrics: list[TurnMetrics] = field(default_factory=list)

@@ -87,13 +87,13 @@ def medians_markdown(rows: list[TurnMetrics]) -> str:
 
 def turns_table(rows: list[TurnMetrics]) -> list[list]:
     return [[r.turn_id, r.endpoint, r.order or r.source] + [getattr(r, f) for f in FIGURES]
-            + [r.server_ttft_ms, r.cached_tokens, r.tts_engine,
+            + [r.server_ttft_ms, r.tts_engine,
                r.error_stage or ("cut" if r.cancelled else "")]
             for r in rows]
 
 
 TABLE_HEADERS = ["turn", "endpoint", "order"] + [LABELS[f] for f in FIGURES] \
-    + ["server TTFT ms", "cached prompt tokens", "TTS engine", "note"]
+    + ["server TTFT ms", "TTS engine", "note"]
 
 
 def plot_frame(rows: list[TurnMetrics], figure: str):  # noqa: ANN201 - pandas.DataFrame

@@ -99,3 +99,16 @@ def test_mandarin_voice_turn_is_transcribed_in_simplified_chinese(agent):
     heard = session.history[0]["content"]
     assert word_recall(TRANSCRIPTS["zh_music.wav"], heard) >= 0.8, heard
     assert chunks  # the reply was spoken
+
+
+def test_history_window_moves_in_jumps():
+    from app.pipeline import history_start
+
+    start, starts = 0, []
+    for n_pairs in range(1, 20):
+        # the user message of the new turn is in the history when messages() runs
+        start = history_start(2 * n_pairs - 1, start, max_turns=8)
+        starts.append(start)
+        assert (2 * n_pairs - 1 - start) <= 2 * 8 + 1 and start % 2 == 0
+    # stable for several turns at a time, so the prompt prefix is too
+    assert starts[:8] == [0] * 8 and len(set(starts)) <= 4

