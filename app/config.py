@@ -66,7 +66,7 @@ class TtsConfig:
     edge_voice_zh: str = "zh-CN-XiaoxiaoNeural"
     edge_proxy: str = ""
     """HTTP proxy for edge-tts (corporate networks), e.g. http://proxy:3128."""
-    edge_timeout_s: float = 1.0
+    edge_timeout_s: float = 0.8
     """Time to first audio byte before edge-tts is given up for this piece."""
     edge_retry_after_s: float = 60.0
     """After an edge-tts failure the offline engine speaks until this much time passed."""

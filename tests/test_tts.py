@@ -71,3 +71,41 @@ def test_language_routing():
     assert name == "kokoro"  # piper's voice is English-only and is skipped, not marked down
     _, _, name, _ = tts.synthesize("Hello.", "en")
     assert name == "piper"
+
+
+def test_edge_hanging_service_falls_back_within_a_second():
+    import socket
+    import threading
+
+    # a "proxy" that accepts connections and never answers: a stalled service
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        port = server.getsockname()[1]
+        tts = FallbackTts([EdgeTts(TtsConfig(edge_proxy=f"http://127.0.0.1:{port}")),
+                           PiperTts(), EspeakTts()])
+        tts.setup()
+        t0 = time.perf_counter()
+        pcm, rate, name, note = tts.synthesize("Hello there, how are you?", "en")
+        took = time.perf_counter() - t0
+    finally:
+        stop.set()
+        server.close()
+        for conn in held:
+            conn.close()
+    assert name == "piper" and "no audio within 0.8 s" in note
+    assert_speech(pcm, rate)
+    assert took < 1.5  # 0.8 s edge deadline + piper; docs/RELIABILITY.md records the figure
