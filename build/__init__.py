@@ -1,0 +1,1 @@
+"""Build and prove the low-latency checkpoint: harnesses (latency) live here."""
