@@ -1,6 +1,7 @@
 """`python -m build SUBCOMMAND`: the project's build-side tools.
 
   latency   the model card's latency protocol against OpenAI-compatible endpoints
+  fidelity  reference answers from one endpoint, NLL / matches / probes of candidates
 """
 
 from __future__ import annotations
@@ -35,6 +36,32 @@ def latency(args: argparse.Namespace) -> None:
     print(table)
 
 
+def fidelity(args: argparse.Namespace) -> None:
+    from build.fidelity import load, markdown, reference, score
+    from build.latency import parse_endpoint
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    refs_path = args.references or args.out / "references.jsonl"
+    if args.reference:
+        ref = parse_endpoint(args.reference, args.api_key)
+        reference(ref, refs_path, limit=args.prompts, max_tokens=args.max_tokens)
+        print(f"reference answers of {ref.model}: {refs_path}")
+    if not refs_path.exists():
+        raise SystemExit(f"{refs_path} not found: pass --reference NAME=URL,MODEL first")
+    refs = load(refs_path)
+    results = [score(parse_endpoint(c, args.api_key), refs, tag=args.tag,
+                     max_tokens=args.max_tokens, progress=not args.quiet)
+               for c in args.candidate]
+    date = dt.date.today().isoformat()
+    command = "python -m build " + " ".join(sys.argv[1:])
+    (args.out / "fidelity.json").write_text(json.dumps(
+        {"command": command, "date": date, "references": str(refs_path), "results": results},
+        indent=1, ensure_ascii=False))
+    table = markdown(results, command, date)
+    (args.out / "fidelity.md").write_text(table)
+    print(table)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m build", description=__doc__,
                                 formatter_class=argparse.RawTextHelpFormatter)
@@ -54,6 +81,19 @@ def main(argv: list[str] | None = None) -> None:
     lat.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "latency")
     lat.add_argument("--quiet", action="store_true")
     lat.set_defaults(func=latency)
+    fid = sub.add_parser("fidelity", help="NLL of reference answers, matches, probes")
+    fid.add_argument("--reference", default="", help="NAME=BASE_URL,MODEL: answers from it")
+    fid.add_argument("--references", type=Path, default=None,
+                     help="reference JSONL to reuse (default: OUT/references.jsonl)")
+    fid.add_argument("--candidate", action="append", default=[],
+                     help="NAME=BASE_URL,MODEL to score (repeat)")
+    fid.add_argument("--prompts", type=int, default=18)
+    fid.add_argument("--max-tokens", type=int, default=128)
+    fid.add_argument("--tag", default="小安：", help="the persona's reply prefix")
+    fid.add_argument("--api-key", default="EMPTY")
+    fid.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "fidelity")
+    fid.add_argument("--quiet", action="store_true")
+    fid.set_defaults(func=fidelity)
     args = p.parse_args(argv)
     args.func(args)
 
