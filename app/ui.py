@@ -136,12 +136,12 @@ class VoiceUi:
         with session.lock:
             session.current = handle
         chunks: list = []
+        with session.lock:
+            before = len(session.history)
         m = self._run(session, turn, handle, collect=chunks)
         with session.lock:
-            user = next((c["content"] for c in reversed(session.history)
-                         if c["role"] == "user"), "") if not m.error_stage == "asr" else ""
-            reply = session.history[-1]["content"] if session.history and \
-                session.history[-1]["role"] == "assistant" and not m.error else ""
+            added = [h["content"] for h in session.history[before:]]
+        user, reply = (added + ["", ""])[:2]  # a failed turn adds nothing
         return user, reply, _write_wav(chunks), m.to_dict(), session
 
     def poll(self, session: Session | None):  # noqa: ANN201

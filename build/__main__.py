@@ -26,7 +26,7 @@ def latency(args: argparse.Namespace) -> None:
                  stream_rounds=args.stream_rounds, max_tokens=args.max_tokens,
                  block=args.block, persona_path=args.persona, progress=not args.quiet)
     date = dt.date.today().isoformat()
-    command = "python -m build " + " ".join(sys.argv[1:])
+    command = args.command_line
     result.update(command=command, date=date)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "latency.json").write_text(json.dumps(result, indent=1, ensure_ascii=False))
@@ -53,7 +53,7 @@ def fidelity(args: argparse.Namespace) -> None:
                      max_tokens=args.max_tokens, progress=not args.quiet)
                for c in args.candidate]
     date = dt.date.today().isoformat()
-    command = "python -m build " + " ".join(sys.argv[1:])
+    command = args.command_line
     (args.out / "fidelity.json").write_text(json.dumps(
         {"command": command, "date": date, "references": str(refs_path), "results": results},
         indent=1, ensure_ascii=False))
@@ -95,6 +95,9 @@ def main(argv: list[str] | None = None) -> None:
     fid.add_argument("--quiet", action="store_true")
     fid.set_defaults(func=fidelity)
     args = p.parse_args(argv)
+    # what to print as "the command": a wrapper script that calls main() is the command
+    args.command_line = ("python -m build " + " ".join(sys.argv[1:])) if argv is None \
+        else "python " + " ".join(sys.argv)
     args.func(args)
 
 

