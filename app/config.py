@@ -152,7 +152,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--primary-checkpoint", default=PRIMARY_MODEL, help="hub id or directory")
     g.add_argument("--anchor-checkpoint", default="",
                    help="an experts-only INT4 checkpoint (hub id or directory); empty: no A/B")
-    g.add_argument("--vllm-python", default="", help="interpreter with vLLM (default: this)")
+    g.add_argument("--vllm-python", default="",
+                   help="Python of an environment with (GPU) vLLM; default: this one")
     g = p.add_argument_group("web")
     g.add_argument("--host", default="127.0.0.1")
     g.add_argument("--port", type=int, default=7860)

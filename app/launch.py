@@ -248,7 +248,9 @@ def gpu_servers(plans: list[GpuPlan], served: dict[str, str], base_port: int = 8
         server = VllmServer(model=plan.model, served_name=served[plan.name], port=base_port + i,
                             extra_args=[*CARD_FLAGS, "--gpu-memory-utilization",
                                         str(plan.fraction)],
-                            env={"CUDA_VISIBLE_DEVICES": str(plan.gpu)}, python=vllm_cmd,
+                            env={"CUDA_VISIBLE_DEVICES": str(plan.gpu)},
+                            # not .venv-vllm: that is the CPU build
+                            python=vllm_cmd or sys.executable,
                             log_path=ROOT / "logs" / f"vllm-{plan.name}.log")
         servers.append(server)
     return servers
