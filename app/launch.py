@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +35,37 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen | None, timeout_s: float,
+              on_exit: Callable[[], str], on_timeout: str, interval_s: float = 1.0) -> None:
+    """Poll `url` until it answers 200; fail at once if `proc` exits meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"exit code {proc.returncode}: {on_exit()}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(interval_s)
+    raise TimeoutError(on_timeout)
+
+
+def stop_group(proc: subprocess.Popen | None, timeout_s: float = 15.0) -> None:
+    """SIGTERM the child's process group, SIGKILL it if it lingers."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=5)
+    except ProcessLookupError:
+        pass
 
 
 def _die_with_parent() -> None:
@@ -81,20 +113,9 @@ class VllmServer:
         return self
 
     def wait_healthy(self, timeout_s: float = 600.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        url = f"http://{self.host}:{self.port}/health"
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited with code {self.proc.returncode}; "
-                                   f"last lines of {self.log_path}:\n{self.tail()}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(1.0)
-        raise TimeoutError(f"vLLM not healthy after {timeout_s:.0f} s; see {self.log_path}")
+        wait_http(f"http://{self.host}:{self.port}/health", self.proc, timeout_s,
+                  lambda: f"vLLM exited; last lines of {self.log_path}:\n{self.tail()}",
+                  f"vLLM not healthy after {timeout_s:.0f} s; see {self.log_path}")
 
     def tail(self, n: int = 25) -> str:
         try:
@@ -103,16 +124,7 @@ class VllmServer:
             return ""
 
     def stop(self, timeout_s: float = 15.0) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=5)
-        except ProcessLookupError:
-            pass
+        stop_group(self.proc, timeout_s)
 
     def kill(self) -> None:
         """Hard kill (fault-injection tests)."""
@@ -144,28 +156,14 @@ class AppServer:
         return self
 
     def wait_healthy(self, timeout_s: float = 300.0) -> AppServer:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the app exited with {self.proc.returncode}:\n"
-                                   + self.log_path.read_text(errors="replace")[-3000:])
-            try:
-                with urllib.request.urlopen(self.url + "agent/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.5)
-        raise TimeoutError(f"the app is not up after {timeout_s:.0f} s; see {self.log_path}")
+        wait_http(self.url + "agent/health", self.proc, timeout_s,
+                  lambda: "the app exited:\n" + self.log_path.read_text(errors="replace")[-3000:],
+                  f"the app is not up after {timeout_s:.0f} s; see {self.log_path}",
+                  interval_s=0.5)
+        return self
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        stop_group(self.proc)
 
 
 def _cpu_bind() -> str:
