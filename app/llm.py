@@ -121,21 +121,31 @@ def check_endpoint(endpoint: Endpoint, timeout_s: float = 5.0) -> list[str]:
 TOKENIZER_PROBE = "Hello, 你好! Voice agents need turns back in 300 ms; 小安：好的。"
 
 
-def tokenize(endpoint: Endpoint, text: str, timeout_s: float = 5.0) -> list[int] | None:
-    """Token ids from vLLM's /tokenize; None when the server has no such route."""
+def server_root(endpoint: Endpoint) -> str:
+    """The server's address without the OpenAI `/v1` prefix (vLLM's /tokenize lives there)."""
+    return endpoint.base_url.rstrip("/").removesuffix("/v1")
+
+
+def post_json(endpoint: Endpoint, route: str, body: dict, timeout_s: float = 10.0) -> dict:
+    """POST JSON to a route of the endpoint's server ("/tokenize", "/v1/chat/completions")
+    with its key; urllib's errors pass through to the caller, which knows what they mean."""
     import json
-    import urllib.error
     import urllib.request
 
-    root = endpoint.base_url.rstrip("/").removesuffix("/v1")
-    req = urllib.request.Request(
-        root + "/tokenize", data=json.dumps({"model": endpoint.model, "prompt": text}).encode(),
-        headers={"Content-Type": "application/json",
-                 "Authorization": f"Bearer {endpoint.api_key or 'EMPTY'}"})
+    req = urllib.request.Request(server_root(endpoint) + route, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json",
+                                          "Authorization": f"Bearer {endpoint.api_key or 'EMPTY'}"})
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        return json.loads(resp.read())
+
+
+def tokenize(endpoint: Endpoint, text: str, timeout_s: float = 5.0) -> list[int] | None:
+    """Token ids from vLLM's /tokenize; None when the server has no such route."""
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            return list(json.loads(resp.read())["tokens"])
-    except (urllib.error.URLError, OSError, ValueError, KeyError):
+        body = post_json(endpoint, "/tokenize", {"model": endpoint.model, "prompt": text},
+                         timeout_s)
+        return list(body["tokens"])
+    except (OSError, ValueError, KeyError):  # URLError is an OSError
         return None
 
 

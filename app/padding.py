@@ -12,14 +12,12 @@ system message alone), so what is counted is what the server caches.
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.config import Endpoint
-from app.servermetrics import metrics_url
+from app.llm import post_json, server_root
+from app.servermetrics import metrics_text
 
 # Documented defaults when the server does not say (the model card's measurements).
 CARD_BLOCKS = {"bf16-ssm": 544, "fp32-ssm": 1056}
@@ -80,10 +78,8 @@ def _fill(base: str, count: Callable[[str], int], target: int) -> str | None:
 
 def server_block_size(endpoint: Endpoint, timeout_s: float = 3.0) -> int | None:
     """The prefix-cache granularity the server reports in vllm:cache_config_info."""
-    try:
-        with urllib.request.urlopen(metrics_url(endpoint.base_url), timeout=timeout_s) as r:
-            text = r.read().decode("utf-8", "replace")
-    except (urllib.error.URLError, OSError):
+    text = metrics_text(endpoint.base_url, timeout_s)
+    if text is None:
         return None
     for line in text.splitlines():
         if line.startswith("vllm:cache_config_info{"):
@@ -115,18 +111,14 @@ def _split_labels(body: str) -> list[str]:
 def system_token_counter(endpoint: Endpoint, timeout_s: float = 10.0) -> Callable[[str], int]:
     """count(text): tokens of [{"role": "system", "content": text}] rendered by the server's
     chat template, without a generation prompt."""
-    root = endpoint.base_url.rstrip("/").removesuffix("/v1")
 
     def count(text: str) -> int:
         body = {"model": endpoint.model, "add_generation_prompt": False,
                 "messages": [{"role": "system", "content": text}]}
-        req = urllib.request.Request(root + "/tokenize", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json",
-                                              "Authorization": f"Bearer {endpoint.api_key}"})
         try:
-            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-                return int(json.loads(resp.read())["count"])
-        except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
-            raise PaddingError(f"cannot count tokens at {root}/tokenize: {exc}") from exc
+            return int(post_json(endpoint, "/tokenize", body, timeout_s)["count"])
+        except (OSError, ValueError, KeyError) as exc:
+            raise PaddingError(f"cannot count tokens at {server_root(endpoint)}/tokenize: "
+                               f"{exc}") from exc
 
     return count

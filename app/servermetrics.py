@@ -42,13 +42,19 @@ def parse(text: str) -> dict[str, float]:
     return totals
 
 
-def snapshot(base_url: str, timeout_s: float = 2.0) -> dict[str, float] | None:
-    """None when the server has no /metrics (not vLLM) or cannot be reached."""
+def metrics_text(base_url: str, timeout_s: float = 2.0) -> str | None:
+    """The server's Prometheus page; None when it has none (not vLLM) or cannot be reached."""
     try:
         with urllib.request.urlopen(metrics_url(base_url), timeout=timeout_s) as resp:
-            return parse(resp.read().decode("utf-8", "replace"))
+            return resp.read().decode("utf-8", "replace")
     except (urllib.error.URLError, OSError, ValueError):
         return None
+
+
+def snapshot(base_url: str, timeout_s: float = 2.0) -> dict[str, float] | None:
+    """The wanted series now; None when the server has no /metrics."""
+    text = metrics_text(base_url, timeout_s)
+    return parse(text) if text is not None else None
 
 
 @dataclass(frozen=True)

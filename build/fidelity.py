@@ -13,13 +13,12 @@ from __future__ import annotations
 import json
 import re
 import statistics
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.config import Endpoint, LlmConfig
-from app.llm import StreamStats, stream_chat
+from app.llm import StreamStats, post_json, stream_chat
 from build.latency import PERSONA, TURNS_FILE
 
 LONG_FORM = "请讲一个三百字左右的小故事，关于一只想学游泳的猫。"
@@ -62,24 +61,15 @@ def load(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
-def _post(endpoint: Endpoint, route: str, body: dict) -> dict:
-    root = endpoint.base_url.rstrip("/")
-    url = (root.removesuffix("/v1") if route == "/tokenize" else root) + route
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={
-        "Content-Type": "application/json", "Authorization": f"Bearer {endpoint.api_key}"})
-    with urllib.request.urlopen(req, timeout=300) as resp:
-        return json.loads(resp.read())
-
-
 def answer_nll(endpoint: Endpoint, messages: list[dict], answer: str) -> float:
     """Mean negative log-likelihood per token of `answer` as the assistant's reply."""
-    prefix = _post(endpoint, "/tokenize", {"model": endpoint.model, "messages": messages,
-                                           "add_generation_prompt": True})["count"]
+    prefix = post_json(endpoint, "/tokenize", {"model": endpoint.model, "messages": messages,
+                                               "add_generation_prompt": True}, 300)["count"]
     full = messages + [{"role": "assistant", "content": answer}]
-    resp = _post(endpoint, "/chat/completions", {
+    resp = post_json(endpoint, "/v1/chat/completions", {
         "model": endpoint.model, "messages": full, "max_tokens": 1, "temperature": 0.0,
         "add_generation_prompt": False, "continue_final_message": True,
-        "prompt_logprobs": 0, "chat_template_kwargs": {"enable_thinking": False}})
+        "prompt_logprobs": 0, "chat_template_kwargs": {"enable_thinking": False}}, 300)
     scored = resp.get("prompt_logprobs")
     if not scored:
         raise RuntimeError(f"{endpoint.base_url} returned no prompt_logprobs (not vLLM?)")
