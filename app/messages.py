@@ -8,20 +8,6 @@ import numpy as np
 
 
 @dataclass(frozen=True)
-class Utterance:
-    """One user utterance cut by the VAD (or uploaded), 16 kHz mono float32."""
-
-    turn_id: int
-    audio: np.ndarray = field(repr=False)
-    speech_end: float
-    """perf_counter() estimate of the moment the user stopped speaking."""
-
-    @property
-    def seconds(self) -> float:
-        return len(self.audio) / 16000
-
-
-@dataclass(frozen=True)
 class Transcript:
     turn_id: int
     text: str

@@ -69,10 +69,6 @@ class StreamingVad:
         self._silent_frames = 0
         self._started = False
 
-    @property
-    def in_speech(self) -> bool:
-        return self._started
-
     def feed(self, chunk: np.ndarray, received_at: float) -> list[VadEvent]:
         """`received_at`: perf_counter() when the chunk arrived (its last sample's time)."""
         self._pending = np.concatenate([self._pending, chunk.astype(np.float32)])
