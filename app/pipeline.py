@@ -26,6 +26,7 @@ from app.metrics import TurnMetrics, ms, token_gap_ms
 from app.padding import (
     CARD_BLOCKS,
     PaddingError,
+    measured_block_size,
     pad_to_block,
     server_block_size,
     system_token_counter,
@@ -74,7 +75,9 @@ class Agent:
         endpoint = self.cfg.primary
         block, source = self.cfg.persona_block, "flag"
         if not block:
-            block, source = server_block_size(endpoint), "server"
+            block, source = measured_block_size(endpoint), "measured on the server"
+        if not block:
+            block, source = server_block_size(endpoint), "server metrics"
         if not block:
             block, source = CARD_BLOCKS["bf16-ssm"], "card default"
         try:

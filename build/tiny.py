@@ -7,7 +7,8 @@ gated attention), routed experts + shared expert + gates, a small vision tower, 
 layer (`mtp.*` tensors as the Hub checkpoint carries them), and a byte-level BPE tokenizer
 trained here on the project's own bilingual text, with Qwen's special tokens at the end of
 its vocabulary and the project's ChatML template. Widths are multiples of 128 so group-128
-quantization applies; linear-attention head dims stay at 128 (vLLM needs 64 or 128).
+quantization applies; linear-attention head dims stay at 128 (vLLM needs 64 or 128) and
+the attention head dim at 256 (the real mrope sections fill its rotary quarter).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def tiny_config(vocab_size: int, specials: dict[str, int] | None = None) -> dict
     cfg = copy.deepcopy(json.loads(REAL_CONFIG.read_text()))
     t = cfg["text_config"]
     t.update(hidden_size=256, num_hidden_layers=len(LAYERS), layer_types=list(LAYERS),
-             num_attention_heads=2, num_key_value_heads=1, head_dim=128,
+             num_attention_heads=2, num_key_value_heads=1, head_dim=256,
              linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=128,
              linear_value_head_dim=128, num_experts=8, num_experts_per_tok=2,
              moe_intermediate_size=128, shared_expert_intermediate_size=128,

