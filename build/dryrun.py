@@ -16,12 +16,12 @@ import json
 import shutil
 from pathlib import Path
 
+from app.llm import DRY_RUN_MARKER as MARKER
 from build import layouts
 
 DATA = Path(__file__).resolve().parent / "data"
 REAL_CONFIG = DATA / "qwen3.6-35b-a3b.config.json"
 CHAT_TEMPLATE = DATA / "chat_template.jinja"
-MARKER = "DRY_RUN.json"
 IM_END, ENDOFTEXT = 248046, 248044
 
 

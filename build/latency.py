@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from app.config import Endpoint, LlmConfig
-from app.llm import LlmError, StreamStats, stream_chat
+from app.llm import LlmError, StreamStats, dry_run_info, stream_chat
 from app.metrics import percentile, token_gap_ms
 from app.padding import (
     PaddingError,
@@ -126,13 +126,20 @@ def run(endpoints: list[Endpoint], reps: int = 3, turns: int = 18, streams: int 
             bar.update()
     bar.close()
     return {"endpoints": [{"name": e.name, "base_url": e.base_url, "model": e.model,
-                           "persona": notes[e.name]} for e in endpoints],
+                           "persona": notes[e.name], "weights": weights(e)}
+                          for e in endpoints],
             "protocol": {"reps": reps, "turns": len(user_turns), "streams": streams,
                          "stream_rounds": stream_rounds, "max_tokens": max_tokens,
                          "greedy": True, "thinking": False},
             "summary": summarise(records, concurrent),
             "concurrent": concurrent,
             "requests": [asdict(r) for r in records]}
+
+
+def weights(endpoint: Endpoint) -> str:
+    """"real", or what a dry-run directory's marker says (dummy weights: random replies)."""
+    info = dry_run_info(endpoint)
+    return f"dummy (dry-run {info.get('layout')}): random replies" if info else "real"
 
 
 def _streams(ep: Endpoint, messages, cfg: LlmConfig, streams: int, rnd: int,  # noqa: ANN001
@@ -192,4 +199,8 @@ def markdown(result: dict, command: str, date: str) -> str:
         lines.append(f"| {ep['name']} | {ep['model']} | {s['ttft_ms']} / {s['turn_ms']} / "
                      f"{s['ms_per_token']} | {s['requests']} | {s['streams_ms_per_token']} / "
                      f"{s['streams_aggregate_tok_s']} | {ep['persona']} |")
+    dummy = [ep["name"] for ep in result["endpoints"] if ep.get("weights", "real") != "real"]
+    if dummy:
+        lines += ["", f"Dummy weights (dry-run directories) on: {', '.join(dummy)}; their "
+                  f"replies are random text, only the timings mean something."]
     return "\n".join(lines) + "\n"

@@ -8,9 +8,10 @@ import pytest
 
 from app.config import Endpoint, LlmConfig
 from app.launch import HYBRID_CPU_FLAGS, VLLM_PYTHON
-from app.llm import StreamStats, post_json, stream_chat
+from app.llm import StreamStats, dry_run_info, post_json, stream_chat
 from app.padding import measured_block_size, pad_to_block, server_block_size, system_token_counter
 from app.pipeline import load_persona
+from build.latency import weights
 from tests.conftest import ARTIFACTS, ROOT, ask_once, run_build, served
 
 pytestmark = pytest.mark.integration
@@ -76,6 +77,9 @@ def test_dry_run_directory_loads_in_vllm_with_dummy_weights(dry_tiny):
         # the Qwen3.6 tokenizer: 你好 and ， are ids 109266 and 3709 in Qwen's vocabulary
         ids = post_json(ep, "/tokenize", {"model": "dry", "prompt": "你好，小安"})["tokens"]
         assert ids[:2] == [109266, 3709]
+        # the page and the latency report learn that the replies are random
+        assert dry_run_info(ep)["layout"] == "bf16"
+        assert weights(ep).startswith("dummy (dry-run bf16)")
 
 
 def test_dry_run_configs_carry_each_layout(dry_tiny, tmp_path):
