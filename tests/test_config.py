@@ -68,3 +68,22 @@ def test_gpu_plan():
     with pytest.raises(SystemExit, match="needs an NVIDIA GPU"):
         plan_gpus("p", None, [])
     assert "weights 18.6 GiB" in format_plan(one, [139.8])
+
+
+def test_gpu_servers_take_the_card_and_voice_flags(tmp_path):
+    from app.launch import gpu_servers, plan_gpus
+
+    dry = tmp_path / "dry-lowlat"
+    dry.mkdir()
+    (dry / "DRY_RUN.json").write_text("{}")
+    plans = plan_gpus(str(tmp_path / "real"), str(dry), [139.8])
+    primary, anchor = gpu_servers(plans, {"primary": "qwen36", "anchor": "anchor"},
+                                  vllm_cmd="/opt/vllm/bin/python")
+    for srv in (primary, anchor):
+        cmd = srv.command()
+        assert cmd[0] == "/opt/vllm/bin/python"
+        assert "--enable-prefix-caching" in cmd and "--mamba-ssm-cache-dtype" in cmd
+        assert cmd[cmd.index("--max-cudagraph-capture-size") + 1] == "256"
+    # a dry-run directory has no weights: vLLM is told to make random ones
+    assert "--load-format" not in primary.command()
+    assert anchor.command()[anchor.command().index("--load-format") + 1] == "dummy"
