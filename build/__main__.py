@@ -97,7 +97,8 @@ def quantize(args: argparse.Namespace) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     opts = Options(model=args.model, out=args.out, layout=args.layout, calib=args.calib,
                    general=args.general, persona=args.persona, samples=args.samples,
-                   seq_len=args.seq_len, device=args.device, offload_dir=args.offload_dir,
+                   seq_len=args.seq_len, device=args.device,
+                   offload_device=args.offload_device,
                    force=args.force, seed=args.seed, progress=not args.quiet)
     try:
         out = run(opts)
@@ -159,9 +160,10 @@ def add_quantize_args(q: argparse.ArgumentParser) -> None:
     q.add_argument("--samples", type=int, default=384)
     q.add_argument("--seq-len", type=int, default=2048)
     q.add_argument("--device", default="auto",
-                   help="auto (llm-compressor's sequential onloading), cpu, cuda:0, ...")
-    q.add_argument("--offload-dir", type=Path, default=None,
-                   help="disk offload for weights that do not fit in RAM")
+                   help="GPU that calibrates one layer at a time: auto (the first GPU, else "
+                   "the CPU), cpu, cuda:N; the model itself stays in CPU RAM")
+    q.add_argument("--offload-device", default="cpu",
+                   help="where activations wait between layers: cpu, or cuda:1 with 2 GPUs")
     q.add_argument("--force", action="store_true", help="replace an existing --out")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--quiet", action="store_true")

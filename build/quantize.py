@@ -30,7 +30,6 @@ UPSTREAM_FILES = ["tokenizer.json", "tokenizer_config.json", "chat_template.jinj
                   "generation_config.json", "preprocessor_config.json",
                   "video_preprocessor_config.json"]
 MTP_SHARD = "model-mtp.safetensors"
-LM_HEAD_SHARD = "model-lm-head.safetensors"
 INDEX = "model.safetensors.index.json"
 
 
@@ -49,7 +48,7 @@ class Options:
     samples: int = 384
     seq_len: int = 2048
     device: str = "auto"
-    offload_dir: Path | None = None
+    offload_device: str = "cpu"
     force: bool = False
     seed: int = 0
     progress: bool = True
@@ -77,6 +76,19 @@ class Stages:
         self.times[name] = round(now - self._t, 2)
         self._t = now
         self.bar.update(1)
+
+
+def select_device(device: str) -> None:
+    """`auto`: llm-compressor's choice (the first GPU, else the CPU); `cpu`; `cuda:N`.
+    Set through CUDA_VISIBLE_DEVICES before torch touches CUDA."""
+    if device == "auto":
+        return
+    if device == "cpu":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    elif device.startswith("cuda:") and device[5:].isdigit():
+        os.environ["CUDA_VISIBLE_DEVICES"] = device[5:]
+    else:
+        raise BuildError(f"--device {device!r}: use auto, cpu or cuda:N")
 
 
 def resolve_base(model: str) -> Path:
@@ -202,13 +214,11 @@ def int8_lm_head(out: Path, weight_map: dict[str, str]) -> None:
     head = {prefix + "weight_packed": pack_to_int32(q, 8),
             prefix + "weight_scale": scale.reshape(rows, cols // g).to(torch.bfloat16),
             prefix + "weight_shape": torch.tensor([rows, cols], dtype=torch.int64)}
-    if rest:
-        save_file(rest, str(shard), metadata={"format": "pt"})
-    else:
-        shard.unlink()
+    # into the shard lm_head.weight came from: transformers 5.17 silently skipped a shard
+    # of its own (measured: lm_head reported MISSING and left random)
+    save_file({**rest, **head}, str(shard), metadata={"format": "pt"})
     del weight_map[key]
-    save_file(head, str(out / LM_HEAD_SHARD), metadata={"format": "pt"})
-    weight_map.update({k: LM_HEAD_SHARD for k in head})
+    weight_map.update({k: shard.name for k in head})
 
 
 def final_config(base_config: dict, exported: dict, layout: layouts.Layout,
@@ -232,6 +242,7 @@ def final_config(base_config: dict, exported: dict, layout: layouts.Layout,
 def run(opts: Options) -> Path:
     stages = Stages(opts.progress)
     layout = layouts.get(opts.layout)
+    select_device(opts.device)
     if not layout.quantized:
         raise BuildError("layout bf16 is the base itself; nothing to build")
     out = opts.out.resolve()
@@ -286,19 +297,16 @@ def _build(opts: Options, base: Path, base_config: dict, layout: layouts.Layout,
                           opts.seed)
     stages.done("calibration set")
     stages("load model")
-    kwargs = {"dtype": torch.bfloat16}
-    if opts.device != "auto" or opts.offload_dir:
-        kwargs["device_map"] = "auto" if opts.device == "auto" else opts.device
-    if opts.offload_dir:
-        kwargs["offload_folder"] = str(opts.offload_dir)
+    # The model stays in CPU RAM (~72 GB for the 35B base); llm-compressor's sequential
+    # pipeline moves one decoder layer at a time onto the GPU for calibration and GPTQ.
     with load_quantizable_moe(Qwen3_5MoeForConditionalGeneration):
-        model = Qwen3_5MoeForConditionalGeneration.from_pretrained(base, **kwargs)
+        model = Qwen3_5MoeForConditionalGeneration.from_pretrained(base, dtype=torch.bfloat16)
     stages.done("load model")
     stages("GPTQ")
     ds = Dataset.from_list([{"text": s.text} for s in samples])
     oneshot(model=model, processor=tok, dataset=ds, recipe=recipe(layout),
             max_seq_length=opts.seq_len, num_calibration_samples=len(samples),
-            moe_calibrate_all_experts=True)
+            moe_calibrate_all_experts=True, sequential_offload_device=opts.offload_device)
     stages.done("GPTQ")
     stages("export")
     model.save_pretrained(tmp, save_compressed=True, max_shard_size="4GB")

@@ -120,20 +120,38 @@ def test_lm_head_is_int8_group_128_round_to_nearest(tiny_base, lowlat):
 
 
 def test_transformers_loads_and_generates(lowlat):
+    """Every tensor is loaded (an INT8 lm_head in a shard of its own was once skipped and
+    left random): the model's lm_head is the checkpoint's, packed or dequantized."""
     script = (
         "import sys, torch\n"
+        "from safetensors.torch import load_file\n"
         "from transformers import AutoTokenizer, Qwen3_5MoeForConditionalGeneration\n"
+        "from compressed_tensors.compressors.pack_quantized.helpers import unpack_from_int32\n"
         "d = sys.argv[1]\n"
         "tok = AutoTokenizer.from_pretrained(d)\n"
         "m = Qwen3_5MoeForConditionalGeneration.from_pretrained(d, dtype=torch.bfloat16)\n"
+        "sd = {}\n"
+        "import glob\n"
+        "for f in glob.glob(d + '/*.safetensors'): sd.update(load_file(f))\n"
         "x = tok.apply_chat_template([{'role': 'user', 'content': '你好'}],\n"
         "    add_generation_prompt=True, enable_thinking=False, return_tensors='pt',\n"
         "    return_dict=True)\n"
         "y = m.generate(**x, max_new_tokens=5, do_sample=False)\n"
-        "print('NEW', y.shape[1] - x['input_ids'].shape[1])\n")
+        "print('NEW', y.shape[1] - x['input_ids'].shape[1])\n"
+        "h = m.lm_head\n"
+        "if hasattr(h, 'weight_packed'):  # still compressed: the loaded tensors themselves\n"
+        "    err = 0.0 if torch.equal(h.weight_packed, sd['lm_head.weight_packed']) else 1e9\n"
+        "else:  # decompressed by the first forward\n"
+        "    shape = torch.Size(sd['lm_head.weight_shape'].tolist())\n"
+        "    q = unpack_from_int32(sd['lm_head.weight_packed'], 8, shape).float()\n"
+        "    sc = sd['lm_head.weight_scale'].float().repeat_interleave(128, dim=1)\n"
+        "    err = (h.weight.float() - q * sc).abs().max().item()\n"
+        "print('HEAD_ERR', err)\n")
     out = subprocess.run([str(BUILD_PYTHON), "-c", script, str(lowlat)], capture_output=True,
                          text=True, timeout=300)
     assert "NEW 5" in out.stdout, out.stderr[-2000:]
+    err = float(out.stdout.split("HEAD_ERR")[1].split()[0])
+    assert err < 1e-2, out.stdout
 
 
 def test_dense_int4_checkpoint_is_served_by_vllm_cpu(tiny_base):
