@@ -263,3 +263,22 @@ def test_calibration_mix_and_build_record(lowlat):
     assert info["calibration"]["tokens"] >= 10 * 256  # each sample packed to >= seq-len
     assert info["recipe"]["actorder"] == "weight" and info["recipe"]["dampening_frac"] == 0.01
     assert info["fixups"]["mtp_tensors"] > 30
+
+
+@pytest.mark.parametrize("layout,experts,attention,head", [
+    ("experts-only", "int4", "bf16", "bf16"),  # the community anchor's structure
+    ("body-int4", "int4", "int4", "bf16"),
+])
+def test_other_layouts(tiny_base, tmp_path, layout, experts, attention, head):
+    out = tmp_path / layout
+    run_build("--model", str(tiny_base), "--out", str(out), "--layout", layout,
+              "--samples", "4", "--seq-len", SEQ, "--quiet")
+    modules, _ = read(out)
+    by_group = {}
+    for m in modules.values():
+        by_group.setdefault(m.group, set()).add(m.precision)
+    assert by_group["routed experts"] == {experts}
+    assert by_group["attention q / k / v / o"] == {attention}
+    assert by_group["GDN in_proj_qkv / in_proj_z / out_proj"] == {attention}
+    assert by_group["lm_head"] == {head} and by_group["MTP head"] == {"bf16"}
+    assert inspect_main([str(out)]) == 0
