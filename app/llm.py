@@ -125,14 +125,10 @@ def dry_run_info(endpoint: Endpoint, timeout_s: float = 5.0) -> dict | None:
     """The dry-run marker of the directory the server loaded (dummy weights: replies are
     random text), when that directory is on this machine; else None."""
     import json
-    import urllib.request
     from pathlib import Path
 
-    req = urllib.request.Request(server_root(endpoint) + "/v1/models", headers={
-        "Authorization": f"Bearer {endpoint.api_key or 'EMPTY'}"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            models = json.loads(resp.read()).get("data", [])
+        models = server_json(endpoint, "/v1/models", timeout_s=timeout_s).get("data", [])
         for m in models:
             if m.get("id") == endpoint.model and m.get("root"):
                 marker = Path(m["root"]) / DRY_RUN_MARKER
@@ -150,17 +146,24 @@ def server_root(endpoint: Endpoint) -> str:
     return endpoint.base_url.rstrip("/").removesuffix("/v1")
 
 
-def post_json(endpoint: Endpoint, route: str, body: dict, timeout_s: float = 10.0) -> dict:
-    """POST JSON to a route of the endpoint's server ("/tokenize", "/v1/chat/completions")
-    with its key; urllib's errors pass through to the caller, which knows what they mean."""
+def server_json(endpoint: Endpoint, route: str, body: dict | None = None,
+                timeout_s: float = 10.0) -> dict:
+    """GET (or, with `body`, POST as JSON) a route of the endpoint's server with its key;
+    urllib's errors pass through to the caller, which knows what they mean."""
     import json
     import urllib.request
 
-    req = urllib.request.Request(server_root(endpoint) + route, data=json.dumps(body).encode(),
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(server_root(endpoint) + route, data=data,
                                  headers={"Content-Type": "application/json",
                                           "Authorization": f"Bearer {endpoint.api_key or 'EMPTY'}"})
     with urllib.request.urlopen(req, timeout=timeout_s) as resp:
         return json.loads(resp.read())
+
+
+def post_json(endpoint: Endpoint, route: str, body: dict, timeout_s: float = 10.0) -> dict:
+    """POST JSON to a route of the endpoint's server ("/tokenize", "/v1/chat/completions")."""
+    return server_json(endpoint, route, body, timeout_s)
 
 
 def tokenize(endpoint: Endpoint, text: str, timeout_s: float = 5.0) -> list[int] | None:

@@ -144,6 +144,17 @@ def measured_block_size(endpoint: Endpoint, first: int = 1400, max_probes: int =
     return candidates[0] if len(candidates) == 1 else None
 
 
+def block_size(endpoint: Endpoint, given: int = 0) -> tuple[int | None, str]:
+    """The prefix-cache block to pad to, and where it came from: `given` (a flag), else
+    measured on the server, else its `vllm:cache_config_info`; (None, ...) if none says."""
+    if given:
+        return given, "flag"
+    measured = measured_block_size(endpoint)
+    if measured:
+        return measured, "measured on the server"
+    return server_block_size(endpoint), "server metrics"
+
+
 def _split_labels(body: str) -> list[str]:
     parts, cur, quoted = [], "", False
     for ch in body:

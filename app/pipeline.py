@@ -26,9 +26,8 @@ from app.metrics import TurnMetrics, ms, token_gap_ms
 from app.padding import (
     CARD_BLOCKS,
     PaddingError,
-    measured_block_size,
+    block_size,
     pad_to_block,
-    server_block_size,
     system_token_counter,
 )
 from app.servermetrics import ServerView, ServerViews
@@ -73,11 +72,7 @@ class Agent:
             self.persona_note = "padding off"
             return self.persona_note
         endpoint = self.cfg.primary
-        block, source = self.cfg.persona_block, "flag"
-        if not block:
-            block, source = measured_block_size(endpoint), "measured on the server"
-        if not block:
-            block, source = server_block_size(endpoint), "server metrics"
+        block, source = block_size(endpoint, self.cfg.persona_block)
         if not block:
             block, source = CARD_BLOCKS["bf16-ssm"], "card default"
         try:

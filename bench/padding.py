@@ -25,12 +25,7 @@ sys.path.insert(0, str(ROOT))
 from app.config import Endpoint, LlmConfig  # noqa: E402
 from app.launch import HYBRID_CPU_FLAGS, cpu_server  # noqa: E402
 from app.llm import StreamStats, stream_chat  # noqa: E402
-from app.padding import (  # noqa: E402
-    measured_block_size,
-    pad_to_block,
-    server_block_size,
-    system_token_counter,
-)
+from app.padding import block_size, pad_to_block, system_token_counter  # noqa: E402
 from app.pipeline import load_persona  # noqa: E402
 
 TOPICS = ["the sea", "trains", "coffee", "winter", "music", "cats", "rain", "bread", "stars",
@@ -55,7 +50,7 @@ def main() -> None:
     try:
         server.wait_healthy()
         ep = Endpoint("primary", server.base_url, server.served_name)
-        block = measured_block_size(ep) or server_block_size(ep)
+        block, _ = block_size(ep)
         persona = load_persona(args.persona)
         padded = pad_to_block(persona, system_token_counter(ep), block)
         variants = {"plain": persona, "padded": padded.text}

@@ -35,8 +35,9 @@ def summarise(trace: Path, steps: int, wall_ms_per_step: float | None = None,
         return f"{trace.name}: no GPU kernels in the trace"
     by = defaultdict(lambda: [0, 0.0])
     for e in kernels:
-        by[_short(e["name"])][0] += 1
-        by[_short(e["name"])][1] += e["dur"]
+        entry = by[_short(e["name"])]
+        entry[0] += 1
+        entry[1] += e["dur"]
     busy_us = sum(e["dur"] for e in kernels)
     first = min(e["ts"] for e in kernels)
     last = max(e["ts"] + e["dur"] for e in kernels)
@@ -79,9 +80,8 @@ def profile_turns(server, trace_dir: Path, out_md: Path, turns: int = 3,
     while time.time() < deadline:
         new = [p for p in trace_dir.rglob("*.json.gz") if p not in before] \
             if trace_dir.exists() else []
-        if new and all(p.stat().st_size == p.stat().st_size and
-                       time.time() - p.stat().st_mtime > 5 for p in new):
-            break
+        if new and all(time.time() - p.stat().st_mtime > 5 for p in new):
+            break  # written and left alone for 5 s: complete
         time.sleep(2)
     if not new:
         return "profile: no trace written"

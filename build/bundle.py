@@ -103,23 +103,16 @@ def resolve(root: Path, have: set[str], dest: Path, python: str) -> list[Path]:
     return wheels
 
 
-def _sha(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def write_parts(blob: Path, out: Path, part_mib: int, info: dict) -> None:
     """Split `blob` into parts of at most `part_mib` MiB with a manifest of SHA-256 sums."""
-    parts, size = [], part_mib << 20
+    parts, size, whole = [], part_mib << 20, hashlib.sha256()
     with open(blob, "rb") as f:
         for i, chunk in enumerate(iter(lambda: f.read(size), b"")):
             name = f"part{i:02d}"
             (out / name).write_bytes(chunk)
+            whole.update(chunk)
             parts.append({"name": name, "sha256": hashlib.sha256(chunk).hexdigest()})
-    manifest = {**info, "sha256": _sha(blob), "parts": parts}
+    manifest = {**info, "sha256": whole.hexdigest(), "parts": parts}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
 
 

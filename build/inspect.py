@@ -61,7 +61,7 @@ class Module:
     nbytes: int = 0
 
 
-def _header(path: Path) -> tuple[dict, int]:
+def read_header(path: Path) -> tuple[dict, int]:
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
         return json.loads(f.read(n)), 8 + n
@@ -100,10 +100,10 @@ def read(model_dir: Path, building_ok: bool = False) -> tuple[dict[str, Module],
     modules: dict[str, Module] = {}
     for path in files:
         try:
-            header, base = _header(path)
+            entries, base = read_header(path)
         except (OSError, ValueError, struct.error) as exc:
             raise InspectError(f"{path.name}: unreadable safetensors header ({exc})") from None
-        for key, info in header.items():
+        for key, info in entries.items():
             if key == "__metadata__":
                 continue
             mod, _, suffix = key.rpartition(".")
@@ -160,7 +160,7 @@ def check(modules: dict[str, Module], config: dict, layout: layouts.Layout) -> l
 
 def _check_config(config: dict, layout: layouts.Layout, has_mtp: bool) -> list[str]:
     q = config.get("quantization_config")
-    if not layout.quantized and not layout.int8_lm_head:
+    if not layout.quantized:  # bf16: no INT4 group, so no INT8 head either
         return ["config.json: quantization_config present, layout bf16 has none"] if q else []
     if not q:
         return ["config.json: no quantization_config"]

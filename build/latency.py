@@ -21,13 +21,7 @@ from pathlib import Path
 from app.config import Endpoint, LlmConfig
 from app.llm import LlmError, StreamStats, dry_run_info, stream_chat
 from app.metrics import percentile, token_gap_ms
-from app.padding import (
-    PaddingError,
-    measured_block_size,
-    pad_to_block,
-    server_block_size,
-    system_token_counter,
-)
+from app.padding import PaddingError, block_size, pad_to_block, system_token_counter
 
 ROOT = Path(__file__).resolve().parent.parent
 TURNS_FILE = Path(__file__).parent / "data" / "latency_turns.json"
@@ -62,7 +56,7 @@ def parse_endpoint(spec: str, api_key: str = "EMPTY") -> Endpoint:
 
 def persona_for(endpoint: Endpoint, persona: str, block: int) -> tuple[str, str]:
     """The persona padded for this server, and a note saying how."""
-    size = block or measured_block_size(endpoint) or server_block_size(endpoint)
+    size, _ = block_size(endpoint, block)
     if not size:
         return persona, "not padded (block size unknown: pass --block)"
     try:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from build import calib, layouts
-from build.inspect import BUILD_INFO, BUILDING, check, read, render, summary
+from build.inspect import BUILD_INFO, BUILDING, check, read, read_header, render, summary
 
 # Copied from the base checkpoint verbatim (transformers re-serialises some on save).
 UPSTREAM_FILES = ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
@@ -132,34 +132,36 @@ def check_base(base: Path) -> dict:
     return config
 
 
+def gptq_ignore(layout: layouts.Layout) -> list[str]:
+    """What GPTQ leaves alone: the layout's BF16 modules and lm_head (INT8 comes post hoc)."""
+    return [*layout.int4_ignore, "lm_head"]
+
+
 def recipe(layout: layouts.Layout):
-    """The card's GPTQ recipe for the layout's INT4 group (lm_head is done post hoc)."""
+    """The card's GPTQ recipe for the layout's INT4 group."""
     from llmcompressor.modifiers.quantization import GPTQModifier
 
-    targets = list(layout.int4_targets)
-    ignore = list(layout.int4_ignore) + ["lm_head"]
-    return GPTQModifier(ignore=ignore, scheme="W4A16", targets=targets,
-                        dampening_frac=0.01, actorder="weight")
+    return GPTQModifier(ignore=gptq_ignore(layout), scheme="W4A16",
+                        targets=list(layout.int4_targets), dampening_frac=0.01,
+                        actorder="weight")
 
 
 def _weight_map(model_dir: Path) -> dict[str, str]:
     index = model_dir / INDEX
     if index.exists():
         return json.loads(index.read_text())["weight_map"]
-    from safetensors import safe_open
-
     out = {}
     for shard in sorted(model_dir.glob("*.safetensors")):
-        with safe_open(str(shard), "pt") as f:
-            out.update({k: shard.name for k in f.keys()})
+        out.update({k: shard.name for k in read_header(shard)[0] if k != "__metadata__"})
     return out
 
 
 def _write_index(model_dir: Path, weight_map: dict[str, str]) -> None:
     """The index over the final shards; shards nothing points to any more (an exporter's
     own copy of the MTP tensors, say) are removed."""
+    kept = set(weight_map.values())
     for shard in model_dir.glob("*.safetensors"):
-        if shard.name not in set(weight_map.values()):
+        if shard.name not in kept:
             shard.unlink()
     total = sum(p.stat().st_size for p in model_dir.glob("*.safetensors"))
     (model_dir / INDEX).write_text(json.dumps(
@@ -347,7 +349,7 @@ def _build(opts: Options, base: Path, base_config: dict, layout: layouts.Layout,
                             "mix": {k: sum(s.kind == k for s in samples) for k in calib.MIX},
                             "tokens": sum(s.tokens for s in samples)},
             "recipe": {"scheme": "W4A16", "targets": list(layout.int4_targets),
-                       "ignore": list(layout.int4_ignore) + ["lm_head"], "group_size": 128,
+                       "ignore": gptq_ignore(layout), "group_size": 128,
                        "symmetric": True, "actorder": "weight", "dampening_frac": 0.01,
                        "moe_calibrate_all_experts": True,
                        "lm_head": "INT8 sym g128 RTN (post hoc)" if layout.int8_lm_head

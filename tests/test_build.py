@@ -6,7 +6,6 @@ import json
 import re
 import shutil
 import signal
-import struct
 import subprocess
 import time
 
@@ -15,7 +14,7 @@ import pytest
 
 from build.calib import CalibError, load
 from build.inspect import main as inspect_main
-from build.inspect import read
+from build.inspect import read, read_header
 from tests.conftest import ARTIFACTS, BUILD_PYTHON, ROOT, ask_once, run_build, served
 
 pytestmark = pytest.mark.integration
@@ -46,12 +45,11 @@ def lowlat(tiny_base):
 
 
 def tensor_bytes(path, key):  # noqa: ANN001
+    entries, base = read_header(path)
+    start, end = entries[key]["data_offsets"]
     with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        start, end = header[key]["data_offsets"]
-        f.seek(8 + n + start)
-        return header[key]["dtype"], header[key]["shape"], f.read(end - start)
+        f.seek(base + start)
+        return entries[key]["dtype"], entries[key]["shape"], f.read(end - start)
 
 
 def locate(model_dir, key):  # noqa: ANN001
