@@ -1,8 +1,14 @@
 """Cut a streamed reply into speakable pieces while the model is still generating.
 
-The first piece may end at a clause break (a comma) so that the first audio starts early;
-later pieces end at sentence breaks: `.!?` followed by a space in English, `。！？；` in
-Mandarin, or a newline.
+What a listener hears first decides the turn's latency, so the first piece is short: it
+ends at a clause break (a comma) or a sentence end, or after the first few words when
+neither comes soon. Later pieces end at sentence breaks (`.!?` followed by a space in
+English, `。！？；` in Mandarin, or a newline); a long sentence is cut into phrases at a
+clause break, or at a word boundary, so no piece takes long to synthesise.
+
+A full stop ends a sentence unless it closes a real abbreviation ("Mr.", "e.g.", "a.m.", a
+single initial) or sits inside a number ("3.5" has no space after the dot): "Nice to meet
+you." and "It is 42." end sentences.
 """
 
 from __future__ import annotations
@@ -13,17 +19,29 @@ _ZH_END = "。！？；…"
 _EN_END = ".!?"
 _CLAUSE = ",，、:：;"
 _CLOSERS = "\"'”’）)」』"
-# "e.g. " or "Dr. " must not end a sentence: a word of 1-3 letters before the dot.
-_ABBREV = re.compile(r"(?:\b[A-Za-z]{1,3}|\d)\.$")
-_KNOWN_ENDS = {"yes.", "no.", "ok.", "hi.", "bye.", "yes!", "no!", "hi!", "ok!"}
+# Words that a full stop follows without ending the sentence (lower case, without the dot).
+ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "vs",
+                           "approx", "dept", "fig", "gen", "gov", "sgt", "capt", "lt"})
+_DOTTED = re.compile(r"(?:[a-z]\.)+[a-z]")  # e.g, i.e, a.m, u.s (the last dot is the cut)
 
 
 class SentenceChunker:
-    """Feed text deltas with `push`; get back complete pieces; `flush` at the end."""
+    """Feed text deltas with `push`; get back complete pieces; `flush` at the end.
 
-    def __init__(self, first_clause_min_chars: int = 24, min_chars: int = 4) -> None:
+    first_max_words: the first piece ends after this many words when no clause or
+    sentence break came sooner. phrase_max_words: later pieces are cut after this many
+    words (at the last clause break inside them, else at a word boundary).
+    """
+
+    def __init__(self, first_max_words: int = 3, phrase_max_words: int = 14,
+                 first_clause_min_chars: int = 8, min_chars: int = 2,
+                 first_max_width: int = 36) -> None:
+        self.first_max_words = first_max_words
+        self.phrase_max_words = phrase_max_words
         self.first_clause_min_chars = first_clause_min_chars
         self.min_chars = min_chars
+        self.first_max_width = first_max_width
+        """Mandarin has no spaces: the first piece ends after this many characters' width."""
         self._buf = ""
         self._emitted = 0
 
@@ -46,6 +64,9 @@ class SentenceChunker:
 
     def _find_cut(self) -> int | None:
         buf = self._buf
+        first = self._emitted == 0
+        clause_cut = None  # the last clause break seen in a long sentence
+        words = 0
         for i, ch in enumerate(buf):
             if ch == "\n" and buf[:i].strip():
                 return i + 1
@@ -59,16 +80,27 @@ class SentenceChunker:
                 if end >= len(buf) or not buf[end].isspace():
                     continue
                 head = buf[:end].strip()
-                if ch == "." and _ABBREV.search(head) and head.lower() not in _KNOWN_ENDS:
+                if ch == "." and _is_abbreviation(head):
                     continue
                 if len(head) >= self.min_chars:
                     return end
-            elif ch in _CLAUSE and self._emitted == 0:
+            elif ch in _CLAUSE:
                 end = i + 1
-                if end < len(buf) and _width(buf[:end].strip()) >= self.first_clause_min_chars:
-                    if ch in ",:;" and not buf[end].isspace():
-                        continue  # "1,000" or "12:30"
+                if end >= len(buf) or (ch in ",:;" and not buf[end].isspace()):
+                    continue  # "1,000" or "12:30", or the next character is still to come
+                if first and _width(buf[:end].strip()) >= self.first_clause_min_chars:
                     return end
+                clause_cut = end
+            elif ch.isspace() and i > 0 and not buf[i - 1].isspace():
+                words += 1
+                if first and words >= self.first_max_words:
+                    return i
+                if not first and words >= self.phrase_max_words:
+                    return clause_cut or i
+            elif first and _width(buf[:i + 1]) >= self.first_max_width and _is_cjk(ch) \
+                    and not _is_cjk_run_start(buf, i):
+                # Mandarin: no spaces, so the first piece is cut by width at a character
+                return i + 1
         return None
 
     def _skip_closers(self, pos: int) -> int:
@@ -77,13 +109,31 @@ class SentenceChunker:
         return pos
 
 
+def _is_abbreviation(head: str) -> bool:
+    """Whether the full stop at the end of `head` closes an abbreviation or an initial."""
+    word = head.rsplit(None, 1)[-1][:-1].lstrip("\"'(“‘")
+    if len(word) == 1 and word.isupper():
+        return True  # an initial: "J. K. Rowling"
+    low = word.lower()
+    return low in ABBREVIATIONS or bool(_DOTTED.fullmatch(low))
+
+
+def _is_cjk(ch: str) -> bool:
+    return ord(ch) >= 0x2E80
+
+
+def _is_cjk_run_start(buf: str, i: int) -> bool:
+    """Never cut right before the text's last character: more may follow it."""
+    return i == len(buf) - 1
+
+
 def _width(text: str) -> int:
     """Length in Latin-letter equivalents: a CJK character takes about as long to say as
     three letters of English."""
-    return sum(3 if ord(ch) >= 0x2E80 else 1 for ch in text)
+    return sum(3 if _is_cjk(ch) else 1 for ch in text)
 
 
-def split_all(text: str, first_clause_min_chars: int = 24) -> list[str]:
+def split_all(text: str, **kwargs: int) -> list[str]:
     """Chunk a whole text at once (what the streaming path produces for the same text)."""
-    chunker = SentenceChunker(first_clause_min_chars=first_clause_min_chars)
+    chunker = SentenceChunker(**kwargs)
     return chunker.push(text) + chunker.flush()
