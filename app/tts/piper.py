@@ -18,12 +18,25 @@ class PiperTts:
         self.voice = None
 
     def setup(self) -> None:
-        from piper import PiperVoice
+        import json
+        import os
+
+        import onnxruntime
+        from piper import PiperConfig, PiperVoice
 
         path = Path(self.voice_path) if self.voice_path else _packaged_voice()
         if not path.is_file():
             raise SystemExit(f"Piper voice {path} not found; pass --piper-voice VOICE.onnx.")
-        self.voice = PiperVoice.load(str(path))
+        config = PiperConfig.from_dict(json.loads(Path(f"{path}.json").read_text()))
+        # PiperVoice.load sizes onnxruntime's pool by the machine's cores and lets its
+        # threads spin: on a box whose other core vLLM spins on, that starves both. One
+        # thread per core this process may use, and no spinning.
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = len(os.sched_getaffinity(0))
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        session = onnxruntime.InferenceSession(str(path), sess_options=options,
+                                               providers=["CPUExecutionProvider"])
+        self.voice = PiperVoice(session=session, config=config)
 
     def synthesize(self, text: str, language: str) -> tuple[np.ndarray, int]:
         if self.voice is None:
