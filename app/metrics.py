@@ -10,7 +10,7 @@ import csv
 import io
 import json
 import statistics
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 
 @dataclass
@@ -47,13 +47,35 @@ class TurnMetrics:
     this request's alone)."""
     prefix_hit_tokens: int | None = None
     """vLLM /metrics: prompt tokens served from the prefix cache during this request."""
+    eot_wait_ms: float | None = None
+    """Last voiced frame (browser) -> end of turn committed (the silence the endpointer
+    waits for)."""
+    asr_after_speech_ms: float | None = None
+    """Last voiced frame -> transcript ready (ASR starts speculatively at a short pause)."""
+    first_piece_ms: float | None = None
+    """First reply token -> first speakable piece complete (the tokens of the first clause
+    or first few words)."""
+    first_piece_tokens: int | None = None
+    """Reply tokens (stream deltas) the first piece needed."""
     tts_first_audio_ms: float | None = None
-    """First reply piece handed to TTS -> its audio ready."""
-    server_v2v_ms: float | None = None
-    """End of user speech (VAD estimate) -> first reply audio handed to the browser."""
+    """First reply piece complete -> its audio synthesised."""
+    held_ms: float | None = None
+    """First audio ready before the turn was committed: how long it waited for the commit."""
+    transport_ms: float | None = None
+    """First audio sent by the server -> received by the page."""
+    playback_ms: float | None = None
+    """First audio received by the page -> its first sample audible (scheduling + output
+    latency)."""
     v2v_ms: float | None = None
-    """End of user speech -> first reply audio playing in the browser (server part + the
-    browser's own receive -> playback-start delay, measured by the page's player)."""
+    """Voice-to-voice: last voiced microphone frame -> first reply sample audible, both on
+    the browser's clock (typed turns: send pressed -> first sample audible)."""
+    interrupt_ms: float | None = None
+    """Barge-in: the microphone frame that decided it -> the player silent (browser)."""
+    heard_chars: int | None = None
+    """Barge-in: characters of the reply the user heard; the history keeps only those."""
+    timeline: dict = field(default_factory=dict)
+    """Stage events in ms after the last voiced frame (typed turns: after send): the
+    waterfall of where the turn's time went."""
     tts_engine: str = ""
     """Engine(s) that spoke this turn, e.g. "edge" or "piper (edge failed)"."""
     cancelled: bool = False
@@ -66,15 +88,22 @@ class TurnMetrics:
         return asdict(self)
 
 
-FIGURES = ["asr_ms", "ttft_ms", "ms_per_token", "reply_tokens", "llm_turn_ms",
-           "tts_first_audio_ms", "v2v_ms", "cached_tokens"]
+FIGURES = ["v2v_ms", "eot_wait_ms", "asr_ms", "asr_after_speech_ms", "ttft_ms",
+           "first_piece_ms", "tts_first_audio_ms", "transport_ms", "playback_ms",
+           "ms_per_token", "reply_tokens", "llm_turn_ms", "cached_tokens", "interrupt_ms"]
 LABELS = {
     "asr_ms": "ASR ms", "ttft_ms": "TTFT ms", "ms_per_token": "ms/token",
     "reply_tokens": "reply tokens", "llm_turn_ms": "LLM turn ms",
     "tts_first_audio_ms": "TTS first audio ms", "v2v_ms": "voice-to-voice ms",
-    "server_v2v_ms": "voice-to-voice (server) ms", "cached_tokens": "cached prompt tokens",
-    "prompt_tokens": "prompt tokens",
+    "cached_tokens": "cached prompt tokens", "prompt_tokens": "prompt tokens",
+    "eot_wait_ms": "end-of-turn wait ms", "asr_after_speech_ms": "ASR done after speech ms",
+    "first_piece_ms": "first piece tokens ms", "transport_ms": "transport ms",
+    "playback_ms": "playback start ms", "interrupt_ms": "interrupt-to-silence ms",
+    "held_ms": "held for commit ms",
 }
+# Server stage events in the order a turn passes them (the waterfall's rows).
+STAGES = ["asr_start", "asr_end", "committed", "llm_sent", "first_token", "first_piece",
+          "first_audio", "first_sent"]
 
 
 def ms(seconds: float) -> float:
@@ -117,3 +146,37 @@ def to_json(rows: list[TurnMetrics]) -> str:
 
 def from_json(text: str) -> list[TurnMetrics]:
     return [TurnMetrics(**row) for row in json.loads(text)]
+
+
+def fill_timeline(m: TurnMetrics, stamps: dict[str, float], last_voiced_ms: float | None,
+                  clock) -> None:  # noqa: ANN001 - app.clock.BrowserClock
+    """Every stage figure of a turn from its stamps: server events (perf_counter seconds),
+    and the player's `received_ms` / `audible_ms` (browser milliseconds)."""
+    voice = last_voiced_ms is not None and clock.known
+    t0 = clock.to_server(last_voiced_ms) if voice else stamps.get("start")
+    if t0 is None:
+        return
+    line = {k: round((stamps[k] - t0) * 1000, 1) for k in STAGES if k in stamps}
+    received, audible = stamps.get("received_ms"), stamps.get("audible_ms")
+    if received is not None and clock.known:
+        line["received"] = round(clock.to_server(received) * 1000 - t0 * 1000, 1)
+    if received is not None and audible is not None:
+        m.playback_ms = round(audible - received, 1)
+        if "received" in line:
+            line["audible"] = round(line["received"] + m.playback_ms, 1)
+        elif "first_sent" in line:  # a typed turn before any microphone frame: no offset
+            line["audible"] = round(line["first_sent"] + m.playback_ms, 1)
+    m.timeline = line
+    if not voice and "audible" in line:
+        m.v2v_ms = line["audible"]
+
+    def span(a: str, b: str) -> float | None:
+        return round(line[b] - line[a], 1) if a in line and b in line else None
+
+    m.eot_wait_ms = line.get("committed") if voice else None
+    m.asr_after_speech_ms = line.get("asr_end") if voice else None
+    m.first_piece_ms = span("first_token", "first_piece")
+    m.tts_first_audio_ms = span("first_piece", "first_audio")
+    held = span("first_audio", "committed")
+    m.held_ms = held if held is not None and held > 0 else None
+    m.transport_ms = span("first_sent", "received")

@@ -1,8 +1,14 @@
-"""One conversational turn, written out in order: ASR -> LLM (streamed) -> chunked TTS.
+"""One conversational turn, written out in order: ASR -> LLM (streamed) -> chunker -> TTS.
 
-The model's reply is read on this thread and cut into pieces; a TTS worker thread speaks
-the pieces while the model still generates, so the token timing is not disturbed by
-synthesis.
+The chain, as a turn runs it (each stage its own module, passing `app.messages` types):
+
+    audio --Asr--> Transcript --stream_chat--> ReplyDelta --SentenceChunker--> ReplyPiece
+          --FallbackTts--> SpeechChunk --Turn.emit_audio--> the page's player
+
+The model's reply is read on the turn's thread and cut into pieces; a TTS thread speaks
+the pieces while the model still generates, so synthesis delays neither the reading of the
+stream (per-token timing) nor the first audio. A voice turn may run speculatively: the
+`Turn` holds what it produces until the endpointer commits it (app/turn.py).
 """
 
 from __future__ import annotations
@@ -11,8 +17,6 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +25,7 @@ from app.asr import Asr
 from app.chunking import SentenceChunker
 from app.config import AppConfig, Endpoint
 from app.llm import LlmError, StreamStats, stream_chat
-from app.messages import SpeechChunk
+from app.messages import ReplyPiece, SpeechChunk
 from app.metrics import TurnMetrics, ms, token_gap_ms
 from app.padding import (
     CARD_BLOCKS,
@@ -33,20 +37,9 @@ from app.padding import (
 from app.servermetrics import ServerView, ServerViews
 from app.session import Session
 from app.tts import FallbackTts, TtsError, language_of
+from app.turn import Turn
 
 log = logging.getLogger(__name__)
-AudioSink = Callable[[SpeechChunk, bool], None]
-
-
-@dataclass
-class TurnInput:
-    turn_id: int
-    source: str
-    """"voice" or "text"."""
-    text: str = ""
-    audio: np.ndarray | None = None
-    speech_end: float | None = None
-    """perf_counter() when the user stopped speaking (voice) or pressed send (text)."""
 
 
 class Agent:
@@ -85,148 +78,133 @@ class Agent:
                              f"= {padded.tokens // block} x {block}-token blocks ({source})")
         return self.persona_note
 
-    def messages(self, session: Session) -> list[dict]:
-        """Persona + the history window. The window's start moves in jumps of half its size,
-        not one turn at a time: a sliding start changes the prompt right after the persona
-        on every turn and the prefix cache then serves nothing past it (measured:
-        docs/PERFORMANCE.md)."""
+    def messages(self, session: Session, user_text: str) -> list[dict]:
+        """Persona + the history window + the new user message. The window's start moves
+        in jumps of half its size, not one turn at a time: a sliding start changes the
+        prompt right after the persona on every turn and the prefix cache then serves
+        nothing past it (measured: docs/PERFORMANCE.md). A reply still empty (a turn in
+        flight) is left out with its question."""
         with session.lock:
-            session.history_start = history_start(len(session.history),
+            session.history_start = history_start(len(session.history) + 1,
                                                   session.history_start,
                                                   self.cfg.llm.history_turns)
-            keep = session.history[session.history_start:]
-        return [{"role": "system", "content": self.persona}, *keep]
+            kept = session.history[session.history_start:]
+            keep = []
+            for user, reply in zip(kept[::2], kept[1::2], strict=False):
+                if reply["content"]:
+                    keep += [{"role": "user", "content": user["content"]},
+                             {"role": "assistant", "content": reply["content"]}]
+        return [{"role": "system", "content": self.persona}, *keep,
+                {"role": "user", "content": user_text}]
 
-    def run_turn(self, session: Session, turn: TurnInput, sink: AudioSink,
-                 cancel: threading.Event, endpoint: Endpoint | None = None) -> TurnMetrics:
+    def new_turn(self, session: Session, source: str, last_voiced_ms: float | None = None,
+                 endpoint: Endpoint | None = None) -> Turn:
         endpoint = endpoint or self.cfg.primary
-        anchor = self.cfg.anchor
-        m = self._new_row(session, turn, endpoint, "primary" if anchor else "")
-        # 1. ASR
-        text, language = turn.text, self.cfg.language
-        if turn.audio is not None:
-            session.touch("Transcribing...")
+        m = TurnMetrics(session.new_turn_id(), endpoint.name, source=source,
+                        model=endpoint.model, order="primary" if self.cfg.anchor else "")
+        turn = Turn(session, m, last_voiced_ms)
+        turn.stamp("start")
+        return turn
+
+    def run_turn(self, turn: Turn, audio: np.ndarray | None = None, text: str = "",
+                 endpoint: Endpoint | None = None) -> TurnMetrics:
+        """The chain for one turn; returns its primary metrics row."""
+        session, m = turn.session, turn.metrics
+        endpoint = endpoint or self.cfg.primary
+        language = self.cfg.language
+        # 1. ASR (started speculatively at the user's first short pause)
+        if audio is not None:
+            turn.stamp("asr_start")
             try:
-                tr = self.asr.process(turn.turn_id, turn.audio)
+                tr = self.asr.process(turn.turn_id, audio)
             except Exception as exc:  # a broken model file or runtime error: report the stage
-                return _fail(session, m, "asr", f"speech recognition failed: {exc}")
+                return self._fail(turn, "asr", f"speech recognition failed: {exc}")
+            turn.stamp("asr_end", tr.asr_end)
             m.asr_ms = ms(tr.asr_end - tr.asr_start)
             text, language = tr.text, tr.language if language == "auto" else language
             if not text:
-                return _fail(session, m, "asr", "No words recognised; please try again.")
-        with session.lock:
-            session.history.append({"role": "user", "content": text})
-            session.chat += [{"role": "user", "content": text},
-                             {"role": "assistant", "content": ""}]
-        messages = self.messages(session)
+                return self._fail(turn, "asr", "No words recognised; please try again.")
+            if language not in self.cfg.model_languages:
+                return self._language_notice(turn, text, language)
+        if turn.cancel.is_set():
+            return m
+        messages = self.messages(session, text)
+        turn.set_user_text(text)
         # A/B on separate GPUs: the anchor gets the same messages at the same moment
         rival = None
-        if anchor is not None and self.cfg.ab_mode == "concurrent":
-            rival = threading.Thread(target=self.measure, daemon=True,
-                                     args=(session, turn, anchor, messages, cancel, "concurrent"))
+        if self.cfg.anchor is not None and self.cfg.ab_mode == "concurrent":
+            rival = threading.Thread(target=self._measure_when_committed, daemon=True,
+                                     args=(turn, self.cfg.anchor, messages, "concurrent"))
             rival.start()
-        # 2. LLM, streamed; 3. pieces go to the TTS worker as soon as they are complete
-        session.touch("Thinking...")
+        # 2. LLM, streamed -> 3. chunker -> 4. TTS on its own thread, while the model goes on
         pieces: queue.Queue = queue.Queue()
         speaker = threading.Thread(target=self._speak, daemon=True, name=f"tts-{turn.turn_id}",
-                                   args=(session, turn, pieces, sink, cancel, m, language))
+                                   args=(turn, pieces, language))
         speaker.start()
-        stats, error = self._stream_to_speaker(session, endpoint, messages, m, pieces, cancel)
+        if turn.published:
+            session.touch("Thinking...")
+        error = self._stream(turn, endpoint, messages, pieces)
         speaker.join(timeout=60)
-        # 4. history keeps what was said, marked when cut
-        self._record_reply(session, m, stats, error, cancel)
-        # 5. A/B on one GPU: the anchor runs once the primary turn is over
-        if anchor is not None and rival is None:
-            self.measure(session, turn, anchor, messages, cancel, "after-primary")
+        # 5. a speculative turn the user talked over is dropped here, unseen and unheard
+        if not turn.wait_decided():
+            return m
+        turn.finish(error)
+        # 6. A/B on one GPU: the anchor runs once the primary turn is over
+        if self.cfg.anchor is not None and rival is None:
+            self.measure(turn, self.cfg.anchor, messages, "after-primary")
         elif rival is not None:
             rival.join()
         if error:
-            return _fail(session, m, "llm", error)
+            return self._fail(turn, "llm", error)
+        turn.refresh()
         session.touch("Interrupted." if m.cancelled else "Ready.")
         return m
 
-    def _new_row(self, session: Session, turn: TurnInput, endpoint: Endpoint,
-                 order: str) -> TurnMetrics:
-        m = TurnMetrics(turn.turn_id, endpoint.name, source=turn.source, model=endpoint.model,
-                        order=order)
-        with session.lock:
-            session.metrics.append(m)
-        return m
+    def _stream(self, turn: Turn, endpoint: Endpoint, messages: list[dict],
+                pieces: queue.Queue) -> str:
+        """Stream the reply into the turn and, cut into pieces, into the TTS queue."""
+        m, stats, chunker, error = turn.metrics, StreamStats(), SentenceChunker(), ""
+        tag = TagStripper(self.cfg.persona_tag)
+        index = 0
 
-    def _stream_to_speaker(self, session: Session, endpoint: Endpoint, messages: list[dict],
-                           m: TurnMetrics, pieces: queue.Queue,
-                           cancel: threading.Event) -> tuple[StreamStats, str]:
-        """Stream the reply onto the page and, cut into pieces, into the TTS queue."""
-        stats, chunker, error = StreamStats(), SentenceChunker(), ""
+        def put(texts: list[str]) -> None:
+            nonlocal index
+            for text in texts:
+                if index == 0:
+                    turn.stamp("first_piece")
+                    m.first_piece_tokens = stats.deltas
+                pieces.put(ReplyPiece(turn.turn_id, index, text, time.perf_counter(),
+                                      stats.deltas))
+                index += 1
+
         before = self.server_views.before(endpoint)
+        turn.stamp("llm_sent")
         try:
-            for delta in stream_chat(endpoint, messages, self.cfg.llm, m.turn_id, stats, cancel):
-                with session.lock:
-                    session.chat[-1]["content"] += delta.text
-                    if m.ttft_ms is None:  # shown while the reply still streams
-                        m.ttft_ms = ms(delta.t - stats.sent)
-                session.touch("Speaking...")
-                for piece in chunker.push(delta.text):
-                    pieces.put(piece)
+            for delta in stream_chat(endpoint, messages, self.cfg.llm, turn.turn_id, stats,
+                                     turn.cancel):
+                turn.stamp("first_token", delta.t)
+                if m.ttft_ms is None:  # shown while the reply still streams
+                    m.ttft_ms = ms(delta.t - stats.sent)
+                turn.add_reply(delta.text)
+                put(chunker.push(tag.push(delta.text)))
         except LlmError as exc:
             error = str(exc)
-        if not cancel.is_set():
-            for piece in chunker.flush():
-                pieces.put(piece)
+        if not turn.cancel.is_set():
+            put(chunker.push(tag.flush()) + chunker.flush())
         pieces.put(None)
         fill_llm_figures(m, stats)
         fill_server_view(m, self.server_views.after(endpoint, before))
-        return stats, error
+        return error
 
-    def _record_reply(self, session: Session, m: TurnMetrics, stats: StreamStats, error: str,
-                      cancel: threading.Event) -> None:
-        reply = "".join(stats.text).strip()
-        m.cancelled = cancel.is_set()
-        with session.lock:
-            if reply:
-                session.history.append({"role": "assistant", "content": reply})
-            else:
-                session.history.pop()  # a failed turn leaves no dangling user message
-            note = " [interrupted]" if m.cancelled else (" [cut off]" if error and reply else "")
-            session.chat[-1]["content"] = (reply + note) if reply else ""
-            if not reply:
-                session.chat.pop()
-
-    def measure(self, session: Session, turn: TurnInput, endpoint: Endpoint,
-                messages: list[dict], cancel: threading.Event, order: str) -> TurnMetrics:
-        """The same request to another endpoint, timed the same way; not spoken, not kept."""
-        m = self._new_row(session, turn, endpoint, order)
-        if cancel.is_set():
-            m.cancelled = True
-            return m
-        session.touch(f"Measuring {endpoint.name}...")
-        stats = StreamStats()
-        before = self.server_views.before(endpoint)
-        try:
-            for _ in stream_chat(endpoint, messages, self.cfg.llm, turn.turn_id, stats, cancel):
-                pass
-        except LlmError as exc:
-            m.error_stage, m.error = "llm", str(exc)
-        fill_llm_figures(m, stats)
-        fill_server_view(m, self.server_views.after(endpoint, before))
-        m.cancelled = cancel.is_set()
-        session.touch()
-        return m
-
-    def _speak(self, session: Session, turn: TurnInput, pieces: queue.Queue, sink: AudioSink,
-               cancel: threading.Event, m: TurnMetrics, language: str) -> None:
-        first, engines = True, []
+    def _speak(self, turn: Turn, pieces: queue.Queue, language: str) -> None:
+        m, session, engines = turn.metrics, turn.session, []
+        default = language if language in ("en", "zh") else "en"
         while (piece := pieces.get()) is not None:
-            if cancel.is_set():
+            if turn.cancel.is_set():
                 continue
-            if first and self.cfg.persona_tag:
-                piece = piece.removeprefix(self.cfg.persona_tag).strip()
-                if not piece:
-                    continue
-            lang = language_of(piece, default=language if language in ("en", "zh") else "en")
-            t0 = time.perf_counter()
             try:
-                pcm, rate, engine, note = self.tts.synthesize(piece, lang)
+                pcm, rate, engine, note = self.tts.synthesize(
+                    piece.text, language_of(piece.text, default=default))
             except TtsError as exc:
                 m.error_stage, m.error = "tts", str(exc)
                 session.touch(f"TTS failed: {exc}")
@@ -237,15 +215,121 @@ class Agent:
                 m.tts_engine = ", ".join(engines)
             if note:
                 session.touch(f"Speaking with {engine}: {note}")
-            if cancel.is_set():
-                continue
-            now = time.perf_counter()
-            if first:
-                m.tts_first_audio_ms = ms(now - t0)
-                if turn.speech_end is not None:
-                    m.server_v2v_ms = ms(now - turn.speech_end)
-            sink(SpeechChunk(turn.turn_id, pcm, rate, piece, engine, now), first)
-            first = False
+            turn.stamp("first_audio")
+            turn.emit_audio(SpeechChunk(turn.turn_id, piece.index, pcm, rate, piece.text,
+                                        engine, time.perf_counter()))
+
+    def _language_notice(self, turn: Turn, text: str, language: str) -> TurnMetrics:
+        """Speech in a language the model does not speak: a short notice in both languages,
+        spoken and written, instead of a reply the user could not use."""
+        m = turn.metrics
+        notice = language_notice(language, self.cfg.model_languages)
+        turn.set_user_text(text)
+        if not turn.wait_decided():
+            return m
+        turn.add_reply(notice)
+        pieces: queue.Queue = queue.Queue()
+        for index, piece in enumerate(SentenceChunker(first_max_words=99).push(notice + " ")):
+            if index == 0:
+                turn.stamp("first_piece")
+            pieces.put(ReplyPiece(turn.turn_id, index, piece, time.perf_counter(), 0))
+        pieces.put(None)
+        self._speak(turn, pieces, language)
+        turn.finish()
+        m.error_stage = "language"
+        m.error = (f"speech in {LANGUAGE_NAMES.get(language, language)}: the model speaks "
+                   f"{', '.join(self.cfg.model_languages)} only (notice given)")
+        turn.refresh()
+        turn.session.touch("Ready.")
+        return m
+
+    def _measure_when_committed(self, turn: Turn, endpoint: Endpoint, messages: list[dict],
+                                order: str) -> None:
+        if turn.wait_decided():
+            self.measure(turn, endpoint, messages, order)
+
+    def measure(self, turn: Turn, endpoint: Endpoint, messages: list[dict],
+                order: str) -> TurnMetrics:
+        """The same request to another endpoint, timed the same way; not spoken, not kept."""
+        session = turn.session
+        m = TurnMetrics(turn.turn_id, endpoint.name, source=turn.metrics.source,
+                        model=endpoint.model, order=order)
+        with session.lock:
+            session.metrics.append(m)
+        if turn.cancel.is_set():
+            m.cancelled = True
+            return m
+        session.touch(f"Measuring {endpoint.name}...")
+        stats = StreamStats()
+        before = self.server_views.before(endpoint)
+        try:
+            for _ in stream_chat(endpoint, messages, self.cfg.llm, turn.turn_id, stats,
+                                 turn.cancel):
+                pass
+        except LlmError as exc:
+            m.error_stage, m.error = "llm", str(exc)
+        fill_llm_figures(m, stats)
+        fill_server_view(m, self.server_views.after(endpoint, before))
+        m.cancelled = turn.cancel.is_set()
+        session.touch()
+        return m
+
+    def _fail(self, turn: Turn, stage: str, message: str) -> TurnMetrics:
+        """Report a failed turn once it is the user's (a discarded speculation says nothing)."""
+        m, session = turn.metrics, turn.session
+        if not turn.committed and not turn.wait_decided():
+            return m
+        m.error_stage, m.error = stage, message
+        with session.lock:
+            if m not in session.metrics:
+                session.metrics.append(m)
+            session.chat.append({"role": "assistant", "content": f"⚠ {message}",
+                                 "metadata": {"title": f"{stage} error"}})
+        turn.refresh()
+        session.touch(f"Error ({stage}): {message}")
+        log.warning("turn %s failed at %s: %s", m.turn_id, stage, message)
+        return m
+
+
+LANGUAGE_NAMES = {"en": "English", "zh": "Mandarin"}
+# The notice in the speaker's language, where we have it written (it is spoken too).
+NOTICES = {"zh": "抱歉，这个演示的模型只会说{langs}。请用{langs}提问。"}
+ZH_NAMES = {"en": "英语", "zh": "普通话"}
+
+
+def language_notice(language: str, spoken: tuple[str, ...]) -> str:
+    """What the agent says to speech in a language its model does not speak."""
+    names = " or ".join(LANGUAGE_NAMES.get(x, x) for x in spoken)
+    heard = LANGUAGE_NAMES.get(language, language)
+    text = f"Sorry, I heard {heard}, but this demo's model speaks only {names}."
+    if language in NOTICES:
+        text += " " + NOTICES[language].format(langs="或".join(ZH_NAMES.get(x, x)
+                                                              for x in spoken))
+    return text
+
+
+class TagStripper:
+    """Drop the persona's reply tag ("小安：") from the start of the streamed reply: kept in the
+    text (the harnesses check it), never spoken."""
+
+    def __init__(self, tag: str) -> None:
+        self.tag, self._lead, self._done = tag, "", not tag
+
+    def push(self, text: str) -> str:
+        if self._done:
+            return text
+        self._lead += text
+        if self.tag.startswith(self._lead) and len(self._lead) <= len(self.tag):
+            return ""  # still possibly the tag
+        self._done = True
+        lead = self._lead.lstrip()
+        return lead[len(self.tag):].lstrip() if lead.startswith(self.tag) else self._lead
+
+    def flush(self) -> str:
+        if self._done:
+            return ""
+        self._done = True
+        return "" if self._lead.strip() == self.tag else self._lead
 
 
 def history_start(n_messages: int, start: int, max_turns: int) -> int:
@@ -270,16 +354,6 @@ def fill_server_view(m: TurnMetrics, view: ServerView | None) -> None:
     if view is not None:
         m.server_ttft_ms, m.server_itl_ms = view.ttft_ms, view.itl_ms
         m.server_requests, m.prefix_hit_tokens = view.requests, view.prefix_hit_tokens
-
-
-def _fail(session: Session, m: TurnMetrics, stage: str, message: str) -> TurnMetrics:
-    m.error_stage, m.error = stage, message
-    with session.lock:
-        session.chat.append({"role": "assistant", "content": f"⚠ {message}",
-                             "metadata": {"title": f"{stage} error"}})
-    session.touch(f"Error ({stage}): {message}")
-    log.warning("turn %s failed at %s: %s", m.turn_id, stage, message)
-    return m
 
 
 def load_persona(path: Path) -> str:

@@ -1,23 +1,21 @@
-"""The web server: Gradio page + the audio channel (SSE out, playback reports in)."""
+"""The web server: the Gradio page + the audio channel (one WebSocket per page)."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
-import queue
 
-from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi import FastAPI, HTTPException, WebSocket
+from fastapi.responses import Response
 
 from app.config import AppConfig
+from app.conversation import Conversation
 from app.hub import SessionHub
 from app.metrics import to_csv, to_json
 from app.pipeline import Agent
+from app.transport import serve_socket
 from app.ui import CSS, VoiceUi, build_blocks
 
 log = logging.getLogger(__name__)
-HEARTBEAT_S = 15.0
 
 
 def create_app(agent: Agent, title: str = "Voice agent", notice: str = "") -> FastAPI:
@@ -25,54 +23,15 @@ def create_app(agent: Agent, title: str = "Voice agent", notice: str = "") -> Fa
 
     cfg: AppConfig = agent.cfg
     hub = SessionHub()
-    ui = VoiceUi(agent, hub, notice)
+    conversation = Conversation(agent)
+    ui = VoiceUi(conversation, hub, notice)
     app = FastAPI()
 
-    @app.get("/agent/audio/{sid}")
-    async def audio_events(sid: str, request: Request) -> StreamingResponse:
-        session = None
-        for _ in range(100):  # the page opens this before its session is registered
-            if (session := hub.get(sid)) is not None:
-                break
-            await asyncio.sleep(0.05)
-        if session is None:
-            raise HTTPException(404, "unknown session")
-
-        async def events():  # noqa: ANN202
-            session.listeners += 1
-            idle = 0.0
-            try:
-                yield ": connected\n\n"
-                while not await request.is_disconnected():
-                    try:
-                        event = session.audio.get_nowait()
-                    except queue.Empty:
-                        await asyncio.sleep(0.01)
-                        idle += 0.01
-                        if idle >= HEARTBEAT_S:
-                            idle = 0.0
-                            yield ": ping\n\n"
-                        continue
-                    session.on_written(event)
-                    yield f"data: {json.dumps(event)}\n\n"
-            finally:
-                session.listeners -= 1
-
-        return StreamingResponse(events(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-    @app.post("/agent/played")
-    async def played(request: Request) -> dict:
-        try:
-            body = await request.json()
-            sid, turn, delay = str(body["sid"]), int(body["turn"]), float(body["delay_ms"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise HTTPException(400, "expected {sid, turn, delay_ms}") from exc
-        session = hub.get(sid)
-        if session is None:
-            raise HTTPException(404, "unknown session")
-        row = session.on_played(turn, delay)
-        return {"ok": row is not None}
+    @app.websocket("/agent/ws/{sid}")
+    async def audio_socket(ws: WebSocket, sid: str) -> None:
+        """Microphone frames up, reply audio and player commands down (app/transport.py)."""
+        await ws.accept()
+        await serve_socket(ws, hub.register(sid), conversation)
 
     @app.get("/agent/export/{sid}.{fmt}")
     async def export(sid: str, fmt: str) -> Response:
@@ -88,7 +47,8 @@ def create_app(agent: Agent, title: str = "Voice agent", notice: str = "") -> Fa
 
     @app.get("/agent/health")
     async def health() -> dict:
-        return {"ok": True, "sessions": len(hub), "model": cfg.primary.model}
+        return {"ok": True, "sessions": len(hub), "model": cfg.primary.model,
+                "page_updates": ui.polls, "page_update_cpu_ms": round(ui.poll_cpu_s * 1000, 1)}
 
     demo = build_blocks(ui, title)
     demo.queue(default_concurrency_limit=None)

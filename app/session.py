@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-import queue
+import struct
 import threading
-import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from app.audio import pcm_b64
+from app.clock import BrowserClock
 from app.messages import SpeechChunk
 from app.metrics import TurnMetrics
 
+if TYPE_CHECKING:
+    from app.transport import Outbox
+    from app.turn import Turn
 
-@dataclass
-class TurnHandle:
-    turn_id: int
-    cancel: threading.Event
-    thread: threading.Thread | None = None
+AUDIO_HEADER = struct.Struct("<IIII")
+"""A reply audio message to the page: turn id, piece index, sample rate, flags; then int16
+little-endian PCM."""
 
 
 @dataclass
@@ -26,7 +27,7 @@ class Session:
 
     sid: str
     history: list[dict] = field(default_factory=list)
-    """Chat messages sent to the model (user/assistant), partial replies included."""
+    """Chat messages sent to the model (user/assistant): what the user heard of each reply."""
     history_start: int = 0
     """First message of `history` still sent (see Agent.messages)."""
     chat: list[dict] = field(default_factory=list)
@@ -35,17 +36,27 @@ class Session:
     status: str = "Ready."
     version: int = 0
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
-    audio: queue.Queue = field(default_factory=queue.Queue, repr=False)
-    current: TurnHandle | None = None
+    current: Turn | None = None
+    """The turn being prepared or spoken (at most one)."""
     next_turn: int = 1
-    vad: object | None = None
-    listeners: int = 0
-    """Browser audio channels open on this session (0 for API clients)."""
+    outbox: Outbox | None = None
+    """The page's WebSocket while one is open (None for API clients)."""
+    clock: BrowserClock = field(default_factory=BrowserClock)
+    speaking: int = 0
+    """Turn whose audio the page is playing (0: silent)."""
     last_seen: float = 0.0
     rendered: int = -1
     """`version` the page last received."""
-    _first_sent: dict[int, tuple[float, float]] = field(default_factory=dict, repr=False)
-    """turn -> (speech end, first audio written to the browser), perf_counter() times."""
+    page_cache: dict = field(default_factory=dict, repr=False)
+    """What the page last received of each output (the poller sends only changes)."""
+    turns: dict[int, Turn] = field(default_factory=dict, repr=False)
+    """Recent turns by id, for the player's reports."""
+    utterance: str | None = None
+    """What the user's current utterance is while the agent speaks: None (undecided),
+    "checking" (its words are being checked), "ignored" (echo, a backchannel, a cough) or
+    "turn" (it interrupted: it becomes the next turn)."""
+    echo_turns: set[int] = field(default_factory=set, repr=False)
+    """Replies whose own voice came back as speech: later checks do not pause them."""
 
     def touch(self, status: str | None = None) -> None:
         with self.lock:
@@ -67,32 +78,18 @@ class Session:
     def __deepcopy__(self, memo: dict) -> Session:
         return self  # live state (locks, queues, threads) is shared, never copied
 
-    # --- the browser audio channel -------------------------------------------------------
-    def send_audio(self, chunk: SpeechChunk, first: bool, speech_end: float | None) -> None:
-        self.audio.put({"type": "audio", "turn": chunk.turn_id, "sr": chunk.sample_rate,
-                        "pcm": pcm_b64(chunk.pcm), "first": first, "engine": chunk.engine,
-                        "_speech_end": speech_end})
+    # --- the page's audio channel --------------------------------------------------------
+    def send_audio(self, chunk: SpeechChunk) -> bool:
+        """Reply audio to the page's player; False when no page listens."""
+        outbox = self.outbox
+        if outbox is None:
+            return False
+        self.speaking = chunk.turn_id
+        pcm = chunk.pcm.astype("<i2").tobytes()
+        outbox.send_bytes(AUDIO_HEADER.pack(chunk.turn_id, chunk.index, chunk.sample_rate, 0)
+                          + pcm)
+        return True
 
-    def stop_audio(self, turn_id: int) -> None:
-        """Barge-in: tell the player to drop what it queued."""
-        self.audio.put({"type": "stop", "turn": turn_id})
-
-    def on_written(self, event: dict) -> None:
-        """The SSE route wrote `event` to the browser: stamp the first chunk of a turn."""
-        speech_end = event.pop("_speech_end", None)
-        if event.get("first") and speech_end is not None:
-            self._first_sent[event["turn"]] = (speech_end, time.perf_counter())
-
-    def on_played(self, turn_id: int, browser_delay_ms: float) -> TurnMetrics | None:
-        """The page's player started the turn's first audio `browser_delay_ms` after it
-        arrived: complete the voice-to-voice figure."""
-        stamps = self._first_sent.pop(turn_id, None)
-        with self.lock:
-            row = self.metrics_for(turn_id)
-            if row is None or stamps is None:
-                return None
-            speech_end, written = stamps
-            row.server_v2v_ms = round((written - speech_end) * 1000, 1)
-            row.v2v_ms = round(row.server_v2v_ms + max(0.0, browser_delay_ms), 1)
-        self.touch()
-        return row
+    def send_event(self, event: dict) -> None:
+        if self.outbox is not None:
+            self.outbox.send_json(event)

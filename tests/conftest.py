@@ -8,14 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from app.interruption import words
+
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT / "assets"
 TRANSCRIPTS = json.loads((ASSETS / "transcripts.json").read_text())
 ARTIFACTS = ROOT / "tests" / "artifacts"
-
-
-def words(text: str) -> list[str]:
-    return "".join(c.lower() if c.isalnum() else " " for c in text).split()
 
 
 def word_recall(reference: str, hypothesis: str) -> float:
@@ -45,7 +43,7 @@ def served(model: Path, name: str, extra_args: list[str]):  # noqa: ANN201
     from app.config import Endpoint
 
     gen = serving(model=model, served_name=name, log_name=f"vllm-tests-{name}.log",
-                  extra_args=extra_args)
+                  extra_args=extra_args, block_size=None)
     server = next(gen)
     try:
         yield server, Endpoint(name, server.base_url, name)
@@ -109,7 +107,8 @@ def tiny_hybrid_server(tiny_base):
     from app.launch import HYBRID_CPU_FLAGS
 
     yield from serving(model=tiny_base, served_name="tiny-qwen35",
-                       log_name="vllm-tests-hybrid.log", extra_args=HYBRID_CPU_FLAGS)
+                       log_name="vllm-tests-hybrid.log", extra_args=HYBRID_CPU_FLAGS,
+                       block_size=None)
 
 
 @pytest.fixture(scope="session")
@@ -119,12 +118,12 @@ def endpoint(vllm_server):
     return Endpoint("primary", vllm_server.base_url, vllm_server.served_name)
 
 
-def app_args(endpoint, anchor=None) -> list[str]:  # noqa: ANN001
+def app_args(endpoint, anchor=None, max_tokens: int = 60) -> list[str]:  # noqa: ANN001
+    """The launched app as the demo runs it (its preset), on the tests' servers."""
     ab = ["--anchor-base-url", anchor.base_url, "--anchor-model", anchor.served_name] \
         if anchor else []
     return [*ab, "--base-url", endpoint.base_url, "--model", endpoint.model,
-            "--persona", str(ROOT / "persona" / "small-en.md"), "--language", "en",
-            "--repetition-penalty", "1.15", "--max-tokens", "60",
+            "--preset", "demo", "--max-tokens", str(max_tokens),
             # a proxy that refuses connections: edge-tts fails here even on a networked box
             "--edge-proxy", "http://127.0.0.1:9"]
 
@@ -140,3 +139,12 @@ def app_url(endpoint, anchor_server):
         yield app.wait_healthy().url
     finally:
         app.stop()
+
+
+def run_turn(agent, session, text: str = "", audio=None, endpoint=None):  # noqa: ANN001, ANN201
+    """One committed turn through the real stages on this thread: (metrics, audio chunks)."""
+    turn = agent.new_turn(session, "text" if audio is None else "voice", endpoint=endpoint)
+    turn.collect = []
+    turn.commit()
+    m = agent.run_turn(turn, audio=audio, text=text, endpoint=endpoint)
+    return m, turn.collect

@@ -6,10 +6,11 @@ import time
 import pytest
 
 from app.config import AppConfig, Endpoint, LlmConfig, TtsConfig
-from app.pipeline import Agent, TurnInput
+from app.pipeline import Agent
+from app.plots import per_turn
 from app.session import Session
-from app.views import medians_markdown, plot_frame
-from tests.conftest import ROOT, serving
+from app.views import medians_markdown
+from tests.conftest import ROOT, run_turn, serving
 
 pytestmark = pytest.mark.integration
 FIGURES = ("ttft_ms", "ms_per_token", "llm_turn_ms", "reply_tokens", "prompt_tokens",
@@ -36,9 +37,8 @@ def make_agent(endpoint, anchor_server, mode="sequential", max_tokens=40):  # no
 
 
 def talk(agent, session, turns):  # noqa: ANN001
-    for i, text in enumerate(turns, start=len(session.metrics) // 2 + 1):
-        agent.run_turn(session, TurnInput(i, "text", text=text), lambda c, f: None,
-                       threading.Event())
+    for text in turns:
+        run_turn(agent, session, text)
 
 
 def test_each_turn_is_measured_on_both_endpoints(endpoint, anchor_server):
@@ -105,6 +105,5 @@ def test_anchor_killed_mid_run_leaves_primary_intact(endpoint, doomed_anchor):
     assert all(r.error_stage == "llm" for r in anchor[1:]), anchor
     assert "cannot reach" in anchor[-1].error
     assert len(session.history) == 8  # the conversation went on
-    frame = plot_frame(session.metrics, "ttft_ms")
-    gaps = frame[frame["endpoint"] == "anchor"]["value"].isna().sum()
-    assert gaps == 3
+    gaps = [v for _, v in per_turn(session.metrics, "ttft_ms")["anchor"] if v is None]
+    assert len(gaps) == 3

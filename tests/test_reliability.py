@@ -15,9 +15,18 @@ from gradio_client import Client, handle_file
 
 from app.config import AppConfig, Endpoint, LlmConfig, TtsConfig
 from app.launch import AppServer
-from app.pipeline import Agent, TurnInput
+from app.pipeline import Agent
 from app.session import Session
-from tests.conftest import ARTIFACTS, ASSETS, ROOT, TRANSCRIPTS, app_args, serving, word_recall
+from tests.conftest import (
+    ARTIFACTS,
+    ASSETS,
+    ROOT,
+    TRANSCRIPTS,
+    app_args,
+    run_turn,
+    serving,
+    word_recall,
+)
 
 pytestmark = pytest.mark.integration
 FIGURES: dict = {}
@@ -68,8 +77,9 @@ def test_model_server_killed_mid_reply_then_back(own_server):
     chunks: list = []
 
     def turn(i: int, text: str):  # noqa: ANN202
-        return agent.run_turn(session, TurnInput(i, "text", text=text),
-                              lambda c, f: chunks.append(c), threading.Event())
+        m, spoken = run_turn(agent, session, text)
+        chunks.extend(spoken)
+        return m
 
     result = {}
     worker = threading.Thread(target=lambda: result.update(m=turn(1, "Tell me a long story "

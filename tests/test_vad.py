@@ -3,48 +3,87 @@ import pytest
 import soundfile as sf
 
 from app.config import VadConfig
-from app.vad import StreamingVad, has_speech
+from app.messages import MicFrame
+from app.vad import Endpointer, has_speech
 from tests.conftest import ASSETS
 
 pytestmark = pytest.mark.integration
 
 
-def feed_in_chunks(vad: StreamingVad, audio: np.ndarray, chunk_s: float = 0.25):
-    step = int(16000 * chunk_s)
+def feed(endpointer: Endpointer, audio: np.ndarray, frame_ms: int = 20):
+    """16 kHz audio as the page sends it: 20 ms frames stamped with their last sample's time."""
+    step = 16 * frame_ms
     events = []
-    for i in range(0, len(audio), step):
-        t_end = (i + len(audio[i:i + step])) / 16000  # stream time of the chunk's last sample
-        events += [(e, t_end) for e in vad.feed(audio[i:i + step], received_at=t_end)]
+    for i in range(0, len(audio) - step + 1, step):
+        t_ms = (i + step) / 16.0
+        for e in endpointer.feed(MicFrame(i // step, audio[i:i + step], t_ms, 0.0)):
+            events.append((e, t_ms))
     return events
 
 
-def test_one_utterance_with_its_end_time():
-    speech, _ = sf.read(ASSETS / "en_capital.wav", dtype="float32")
+def clip(name: str) -> np.ndarray:
+    x, _ = sf.read(ASSETS / name, dtype="float32")
+    return x
+
+
+def trim(x: np.ndarray) -> np.ndarray:
+    loud = np.nonzero(np.abs(x) > 0.01)[0]
+    return x[loud[0]:loud[-1] + 1]
+
+
+def last_voiced_ms(x: np.ndarray, offset_s: float) -> float:
+    """Where the clip's speech really ends (its last sample above -40 dBFS), in stream ms."""
+    loud = np.nonzero(np.abs(x) > 0.01)[0]
+    return (offset_s + loud[-1] / 16000) * 1000
+
+
+def test_one_utterance_pause_then_end():
+    speech = clip("en_capital.wav")
     audio = np.concatenate([np.zeros(8000, np.float32), speech, np.zeros(16000, np.float32)])
-    events = feed_in_chunks(StreamingVad(VadConfig(silence_ms=400)), audio)
+    cfg = VadConfig(silence_ms=400, eager_ms=128, barge_in_ms=500)
+    events = feed(Endpointer(cfg), audio)
+    assert [e.kind for e, _ in events] == ["speech_start", "speech_long", "pause", "end"]
+    true_end = last_voiced_ms(speech, 0.5)
+    pause, paused_at = events[2]
+    end, ended_at = events[3]
+    # both carry the last voiced frame, within two Silero frames of the real end
+    assert abs(end.last_voiced_ms - true_end) < 70 and pause.last_voiced_ms == end.last_voiced_ms
+    # the speculation starts after the short silence, the commit after the long one
+    assert 128 <= paused_at - end.last_voiced_ms <= 128 + 140
+    assert 400 <= ended_at - end.last_voiced_ms <= 400 + 140
+    # the same utterance, the end's with more of the silence after it
+    assert 0 < len(end.audio) - len(pause.audio) <= 16 * (400 - 128 + 64)
+    assert 1.0 < len(end.audio) / 16000 < len(audio) / 16000
+
+
+def test_a_short_gap_resumes_the_utterance():
+    a, b = trim(clip("en_hello.wav")), trim(clip("en_joke.wav"))
+    gap = np.zeros(int(16000 * 0.3), np.float32)  # longer than eager_ms, shorter than the end
+    audio = np.concatenate([a, gap, b, np.zeros(16000, np.float32)])
+    events = feed(Endpointer(VadConfig(silence_ms=600, eager_ms=128)), audio)
     kinds = [e.kind for e, _ in events]
-    assert kinds == ["speech_start", "utterance"]
-    utterance, found_at = events[1]
-    # the clip ends with 0.4 s of padding: speech ends ~0.4 s before the clip's end
-    true_end = 0.5 + len(speech) / 16000 - 0.4
-    assert abs(utterance.speech_end - true_end) < 0.25
-    # found once the configured silence has passed, within one chunk of it
-    assert 0.4 <= found_at - utterance.speech_end <= 0.4 + 0.25 + 0.05
-    assert 1.0 < len(utterance.audio) / 16000 < len(audio) / 16000
+    assert kinds.count("end") == 1 and kinds[-1] == "end"
+    assert "pause" in kinds and "resume" in kinds
+    assert kinds.index("pause") < kinds.index("resume") < kinds.index("end")
+    end = events[-1][0]
+    assert len(end.audio) / 16000 > (len(a) + len(b)) / 16000 - 0.5  # both parts, one turn
 
 
-def test_silence_and_noise_make_no_utterance():
+def test_silence_noise_and_a_short_burst_make_no_turn():
     rng = np.random.default_rng(0)
     quiet = (rng.standard_normal(16000 * 3) * 0.01).astype(np.float32)
-    assert feed_in_chunks(StreamingVad(VadConfig()), quiet) == []
+    assert feed(Endpointer(VadConfig()), quiet) == []
     assert not has_speech(quiet)
-    speech, _ = sf.read(ASSETS / "en_joke.wav", dtype="float32")
-    assert has_speech(speech)
+    # a 150 ms burst of speech (a cough or an "mhm" is about as long) is below min_speech_ms
+    burst = clip("en_joke.wav")[8000:8000 + 2400]
+    audio = np.concatenate([np.zeros(8000, np.float32), burst, np.zeros(16000, np.float32)])
+    assert feed(Endpointer(VadConfig(min_speech_ms=250)), audio) == []
+    assert has_speech(clip("en_joke.wav"))
 
 
-def test_two_utterances_in_a_row():
-    a, _ = sf.read(ASSETS / "en_hello.wav", dtype="float32")
-    b, _ = sf.read(ASSETS / "en_joke.wav", dtype="float32")
+def test_two_utterances_in_a_row_and_speculation_off():
+    a, b = clip("en_hello.wav"), clip("en_joke.wav")
     gap = np.zeros(16000, np.float32)
-    events = feed_in_chunks(StreamingVad(VadConfig()), np.concatenate([a, gap, b, gap]))
-    assert [e.kind for e, _ in events] == ["speech_start", "utterance"] * 2
+    events = feed(Endpointer(VadConfig(eager_ms=0, barge_in_ms=10_000)),
+                  np.concatenate([a, gap, b, gap]))
+    assert [e.kind for e, _ in events] == ["speech_start", "end"] * 2

@@ -1,5 +1,6 @@
-from app.metrics import TurnMetrics
-from app.views import delta_pct, figures_html, medians_markdown, plot_frame, turns_table
+from app.metrics import FIGURES, TurnMetrics
+from app.plots import line_chart, per_turn, waterfall
+from app.views import delta_pct, figures_html, medians_markdown, pictures, turns_table
 
 
 def rows():
@@ -32,15 +33,38 @@ def test_figures_show_both_columns_and_errors():
     assert "data-endpoint='primary' data-figure='ttft_ms'>110<" in html
     assert "data-endpoint='anchor' data-figure='ttft_ms'>–<" in html  # latest anchor row failed
     assert "anchor error (llm)" in html and "cannot reach the model" in html
-    assert figures_html([]).count("<tr>") == 9  # header + 8 figures, single column
+    assert figures_html([]).count("<tr>") == 1 + len(FIGURES)  # header + figures, one column
 
 
-def test_plot_frame_marks_failed_turn_as_gap():
-    r = rows() + [TurnMetrics(4, "anchor", ttft_ms=5.0, error="x", error_stage="llm")]
-    frame = plot_frame(r, "ttft_ms")
-    assert list(frame.columns) == ["turn", "value", "endpoint"]
-    assert len(frame) == 7 and frame["value"].isna().sum() == 1
-    assert set(frame["endpoint"]) == {"primary", "anchor"}
+def test_line_chart_draws_both_series_with_a_gap_for_a_failed_turn():
+    r = rows() + [TurnMetrics(4, "anchor", ttft_ms=5.0, error="x", error_stage="llm"),
+                  TurnMetrics(4, "primary", ttft_ms=90.0), TurnMetrics(5, "anchor", ttft_ms=200.0)]
+    series = per_turn(r, "ttft_ms")
+    assert series["anchor"][3] == (4, None)
+    svg = line_chart(series, "TTFT per turn", "ms")
+    assert svg.count("class='va-mark' data-series='primary'") == 4
+    assert svg.count("class='va-mark' data-series='anchor'") == 4  # turn 4 failed: no dot
+    # the anchor's line breaks at the failed turn: two runs, 1-3 and 5 (a lone dot)
+    assert svg.count("class='va-line' data-series='anchor'") == 1
+    assert svg.count("class='va-line' data-series='primary'") == 1
+    assert "data-series='primary' x=" in svg and "data-series='anchor' x=" in svg  # legend
+    assert "stroke='#1f77b4'" in svg and "stroke='#d62728'" in svg
+
+
+def test_waterfall_has_a_bar_per_stage_with_its_milliseconds():
+    last = TurnMetrics(3, "primary", timeline={
+        "asr_start": 150.0, "asr_end": 250.0, "committed": 420.0, "llm_sent": 422.0,
+        "first_token": 560.0, "first_piece": 800.0, "first_audio": 900.0, "first_sent": 901.0,
+        "received": 903.0, "audible": 950.0})
+    anchor = TurnMetrics(3, "anchor", ttft_ms=180.0)
+    svg = waterfall(last, anchor, [last])
+    stages = ["end-of-turn wait", "ASR", "TTFT", "anchor TTFT", "first piece tokens",
+              "TTS first audio", "transport", "playback start"]
+    for stage in stages:
+        assert f"data-stage='{stage}'" in svg, stage
+    for ms in ("420", "100", "138", "180", "240", "2", "47"):
+        assert f">{ms}</text>" in svg, ms
+    assert len(pictures(rows())) == 5
 
 
 def test_delta_and_table():

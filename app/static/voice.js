@@ -1,0 +1,241 @@
+// The page's audio path, both ways, over one WebSocket (/agent/ws/<sid>).
+//
+// Microphone: getUserMedia with the browser's echo cancellation, noise suppression and gain
+// control; an AudioWorklet cuts 20 ms frames, each sent with the browser time of its last
+// sample, so voice-to-voice starts at the last voiced frame as captured here.
+// Player: reply PCM scheduled back to back with Web Audio, routed through a MediaStream
+// into an <audio> element (a path the browser's echo canceller covers, unlike Web Audio's
+// own output); it reports when a turn's first sample is audible, and on a stop command it
+// goes silent at once and reports how much of each piece was heard.
+// Runs once on page load (Blocks.load js=...), returns the session id for the hidden box.
+() => {
+  if (window.voiceAgent) return [window.voiceAgent.sid];
+  const sid = crypto.randomUUID ? crypto.randomUUID() : String(Math.random()).slice(2);
+  const ctx = new (window.AudioContext || window.webkitAudioContext)({ latencyHint: "interactive" });
+  const gain = ctx.createGain();
+  const va = {
+    sid, ctx, gain, ws: null, playhead: 0, turns: {}, stopped: {}, chunks: 0, played: {},
+    interrupts: {}, mic: null, seq: 0, sent: 0, output: "direct", paused: null, log: [],
+  };
+  window.voiceAgent = va;
+  if (ctx.createMediaStreamDestination) {
+    const dest = ctx.createMediaStreamDestination();
+    gain.connect(dest);
+    const el = document.createElement("audio");
+    el.id = "va-out";
+    el.autoplay = true;
+    el.srcObject = dest.stream;
+    document.body.appendChild(el);
+    va.el = el;
+    va.output = "element";
+  } else {
+    gain.connect(ctx.destination);
+  }
+  // Autoplay rules: audio may start only after a user gesture on the page.
+  const resume = () => {
+    if (ctx.state !== "running") ctx.resume();
+    if (va.el && va.el.paused) va.el.play().catch(() => {});
+  };
+  ["pointerdown", "keydown", "touchstart"].forEach((e) => document.addEventListener(e, resume));
+
+  // context time -> performance.now() time at which that sample reaches the speaker
+  function audibleAt(t) {
+    const ts = ctx.getOutputTimestamp ? ctx.getOutputTimestamp() : null;
+    if (ts && ts.contextTime > 0) return ts.performanceTime + (t - ts.contextTime) * 1000;
+    const out = (ctx.outputLatency || 0) + (ctx.baseLatency || 0);
+    return performance.now() + (t - ctx.currentTime + out) * 1000;
+  }
+  function heardUpTo() {
+    const ts = ctx.getOutputTimestamp ? ctx.getOutputTimestamp() : null;
+    return ts && ts.contextTime > 0 ? ts.contextTime : ctx.currentTime;
+  }
+  function send(obj) {
+    va.log.push(obj);  // what the player did, in order (the page's tests read it)
+    if (va.log.length > 500) va.log.shift();
+    if (va.ws && va.ws.readyState === 1) va.ws.send(JSON.stringify(obj));
+  }
+
+  // ---- player ---------------------------------------------------------------------------
+  function onAudio(buf) {
+    const received = performance.now();
+    const head = new DataView(buf, 0, 16);
+    const turn = head.getUint32(0, true), index = head.getUint32(4, true);
+    const rate = head.getUint32(8, true);
+    if (va.stopped[turn]) return;
+    const pcm = new Int16Array(buf, 16);
+    const ab = ctx.createBuffer(1, pcm.length, rate);
+    const ch = ab.getChannelData(0);
+    for (let i = 0; i < pcm.length; i++) ch[i] = pcm[i] / 32768;
+    const src = ctx.createBufferSource();
+    src.buffer = ab;
+    src.connect(gain);
+    const start = Math.max(va.playhead, ctx.currentTime + 0.005);
+    src.start(start);
+    va.playhead = start + ab.duration;
+    const t = va.turns[turn] || (va.turns[turn] = { pieces: [], sources: [], ended: false });
+    t.pieces[index] = { start, dur: ab.duration };
+    t.sources.push(src);
+    va.chunks += 1;
+    src.onended = () => {
+      t.sources = t.sources.filter((s) => s !== src);
+      maybeDone(turn);
+    };
+    if (!(turn in va.played)) {
+      const audible = audibleAt(start);
+      va.played[turn] = audible - received;
+      send({ type: "audible", turn, t_ms: audible, received_ms: received });
+    }
+  }
+  function shares(t, upTo) {
+    const out = [];
+    for (let i = 0; i < t.pieces.length; i++) {
+      const p = t.pieces[i];
+      out.push(p ? Math.max(0, Math.min(1, (upTo - p.start) / p.dur)) : 0);
+    }
+    return out;
+  }
+  function maybeDone(turn) {
+    const t = va.turns[turn];
+    if (t && t.ended && t.sources.length === 0 && !va.stopped[turn] && !t.reported) {
+      t.reported = true;
+      send({ type: "done", turn, t_ms: performance.now(), heard: shares(t, Infinity) });
+    }
+  }
+  function pause(msg) {
+    // silent within a few ms (a short fade, then the clock stops), queue and position kept
+    const now = ctx.currentTime;
+    gain.gain.cancelScheduledValues(now);
+    gain.gain.setTargetAtTime(0, now, 0.002);
+    const silent = audibleAt(now + 0.01);
+    va.paused = { turn: msg.turn, silent, cause_ms: msg.cause_ms, upTo: heardUpTo() + 0.01 };
+    setTimeout(() => { if (va.paused) ctx.suspend(); }, 15);
+    send({ type: "paused", turn: msg.turn, t_ms: silent, cause_ms: msg.cause_ms });
+  }
+  function unpause() {
+    if (!va.paused) return;
+    va.paused = null;
+    ctx.resume().then(() => {
+      gain.gain.cancelScheduledValues(ctx.currentTime);
+      gain.gain.setTargetAtTime(1, ctx.currentTime, 0.002);
+    });
+  }
+  function stop(msg) {
+    // silence first: every queued source stops at the next render quantum
+    const was = va.paused;
+    const upTo = was ? was.upTo : heardUpTo();
+    for (const key of Object.keys(va.turns)) {
+      const t = va.turns[key];
+      for (const s of t.sources) { try { s.stop(); } catch (e) { /* not started */ } }
+      t.sources = [];
+    }
+    // already paused: it went silent then, for the cause that paused it
+    const silent = was ? was.silent : audibleAt(ctx.currentTime + 128 / ctx.sampleRate);
+    const cause = was && was.cause_ms != null ? was.cause_ms : msg.cause_ms;
+    va.paused = null;
+    if (ctx.state !== "running") ctx.resume();
+    gain.gain.cancelScheduledValues(ctx.currentTime);
+    gain.gain.setValueAtTime(1, ctx.currentTime);
+    va.playhead = ctx.currentTime;
+    const turn = msg.turn;
+    va.stopped[turn] = true;
+    const t = va.turns[turn];
+    if (cause != null) va.interrupts[turn] = silent - cause;
+    send({ type: "stopped", turn, t_ms: silent, cause_ms: cause,
+           heard: t ? shares(t, upTo) : [] });
+  }
+
+  // ---- the channel ----------------------------------------------------------------------
+  function connect() {
+    const proto = location.protocol === "https:" ? "wss" : "ws";
+    const ws = new WebSocket(`${proto}://${location.host}/agent/ws/${sid}`);
+    ws.binaryType = "arraybuffer";
+    ws.onmessage = (ev) => {
+      if (typeof ev.data !== "string") return onAudio(ev.data);
+      const msg = JSON.parse(ev.data);
+      if (msg.type === "stop") stop(msg);
+      else if (msg.type === "pause") pause(msg);
+      else if (msg.type === "resume") unpause();
+      else if (msg.type === "end") {
+        const t = va.turns[msg.turn] || (va.turns[msg.turn] = { pieces: [], sources: [] });
+        t.ended = true;
+        maybeDone(msg.turn);
+      } else if (msg.type === "ready") va.ready = true;
+      else if (msg.type === "error") console.warn("voice agent:", msg.message);
+    };
+    ws.onclose = () => { va.ready = false; setTimeout(connect, 1000); };
+    va.ws = ws;
+  }
+  connect();
+
+  // ---- microphone -----------------------------------------------------------------------
+  const WORKLET = `
+    class VaMic extends AudioWorkletProcessor {
+      constructor(o) { super(); this.n = o.processorOptions.frame; this.reset(); }
+      reset() { this.buf = new Int16Array(this.n); this.i = 0; }
+      process(inputs) {
+        const ch = inputs[0] && inputs[0][0];
+        if (!ch) return true;
+        for (let k = 0; k < ch.length; k++) {
+          const v = Math.max(-1, Math.min(1, ch[k]));
+          this.buf[this.i++] = v < 0 ? v * 32768 : v * 32767;
+          if (this.i === this.n) {
+            this.port.postMessage({ pcm: this.buf, end: currentTime + (k + 1) / sampleRate },
+                                  [this.buf.buffer]);
+            this.reset();
+          }
+        }
+        return true;
+      }
+    }
+    registerProcessor("va-mic", VaMic);`;
+
+  async function micStart() {
+    const stream = await navigator.mediaDevices.getUserMedia({ audio: {
+      echoCancellation: true, noiseSuppression: true, autoGainControl: true, channelCount: 1 } });
+    const mctx = new AudioContext({ latencyHint: "interactive" });
+    const url = URL.createObjectURL(new Blob([WORKLET], { type: "application/javascript" }));
+    await mctx.audioWorklet.addModule(url);
+    const node = new AudioWorkletNode(mctx, "va-mic",
+                                      { processorOptions: { frame: Math.round(mctx.sampleRate / 50) } });
+    mctx.createMediaStreamSource(stream).connect(node);
+    node.connect(mctx.destination);  // outputs silence; keeps the node pulled
+    node.port.onmessage = (e) => {
+      const { pcm, end } = e.data;
+      // the browser time at which the context clock stood at the frame's last sample
+      const captured = performance.now() - (mctx.currentTime - end) * 1000;
+      const msg = new ArrayBuffer(16 + pcm.byteLength);
+      const head = new DataView(msg, 0, 16);
+      head.setFloat64(0, captured, true);
+      head.setUint32(8, va.seq++, true);
+      head.setUint32(12, mctx.sampleRate, true);
+      new Int16Array(msg, 16).set(pcm);
+      if (va.ws && va.ws.readyState === 1) { va.ws.send(msg); va.sent += 1; }
+    };
+    va.mic = { stream, mctx, node };
+  }
+  function micStop() {
+    if (!va.mic) return;
+    va.mic.stream.getTracks().forEach((t) => t.stop());
+    va.mic.mctx.close();
+    va.mic = null;
+    send({ type: "mic_stop" });
+  }
+  function label() {
+    const btn = document.getElementById("va-mic-btn");
+    const state = document.getElementById("va-mic-state");
+    if (btn) btn.textContent = va.mic ? "■ Stop talking" : "🎙 Start talking";
+    if (state) state.textContent = va.mic ? "listening (echo cancellation on)" : "microphone off";
+  }
+  document.addEventListener("click", async (e) => {
+    if (!e.target.closest || !e.target.closest("#va-mic-btn")) return;
+    resume();
+    try {
+      if (va.mic) micStop(); else await micStart();
+    } catch (err) {
+      const state = document.getElementById("va-mic-state");
+      if (state) state.textContent = "microphone unavailable: " + err.message;
+    }
+    label();
+  });
+  return [sid];
+}

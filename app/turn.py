@@ -1,0 +1,221 @@
+"""One turn in flight, between the stages that produce it and the session that shows it.
+
+A voice turn starts speculatively at a short pause (`VadEvent` "pause"): ASR, the model and
+TTS run, but nothing reaches the conversation or the speaker until the endpointer commits
+the turn ("end"). If the user goes on instead ("resume"), the turn is discarded without a
+trace. A committed turn publishes its user message and reply into the session and releases
+the audio it holds; after that, text and audio flow straight through.
+
+The turn is also the one owner of its metrics: the stages stamp events (`stamp`), the
+player's reports arrive here, and `app.metrics.fill_timeline` derives every figure from
+the stamps in one place.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from app.messages import PlayerReport, SpeechChunk
+from app.metrics import TurnMetrics, fill_timeline
+from app.session import Session
+
+
+@dataclass
+class Turn:
+    session: Session
+    metrics: TurnMetrics
+    last_voiced_ms: float | None = None
+    """Browser time of the user's last voiced frame (voice turns from the microphone)."""
+    cancel: threading.Event = field(default_factory=threading.Event)
+    stamps: dict[str, float] = field(default_factory=dict)
+    """Server times of the stage events: asr_start, asr_end, committed, llm_sent,
+    first_token, first_piece, first_audio, first_sent."""
+    thread: threading.Thread | None = None
+    user_text: str | None = None
+    reply: str = ""
+    pieces: dict[int, str] = field(default_factory=dict)
+    """Spoken pieces by index: what the player's `heard` shares refer to."""
+    collect: list[SpeechChunk] | None = None
+    """Every chunk of the reply, for API callers that want the whole reply's audio."""
+    _committed: bool = False
+    _published: bool = False
+    _held: list[SpeechChunk] = field(default_factory=list)
+    _user_msg: dict | None = None
+    _reply_msg: dict | None = None
+    _chat_reply: dict | None = None
+    _interrupted: bool = False
+
+    @property
+    def turn_id(self) -> int:
+        return self.metrics.turn_id
+
+    @property
+    def committed(self) -> bool:
+        return self._committed
+
+    @property
+    def published(self) -> bool:
+        return self._published
+
+    def stamp(self, name: str, t: float | None = None) -> None:
+        self.stamps.setdefault(name, time.perf_counter() if t is None else t)
+
+    # --- speculation ------------------------------------------------------------------------
+    def commit(self, t: float | None = None) -> None:
+        """The user's turn has ended: the turn may speak."""
+        if self.cancel.is_set():
+            return  # discarded before the silence confirmed it
+        self.stamp("committed", t)
+        with self.session.lock:
+            self._committed = True
+            self._publish_if_ready()
+
+    def discard(self) -> None:
+        """The user went on: drop the turn, which was never shown or heard."""
+        self.cancel.set()
+        with self.session.lock:
+            self._held.clear()
+
+    def wait_decided(self, timeout_s: float = 30.0) -> bool:
+        """Block until the turn is committed (True) or cancelled (False)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._committed:
+                return True
+            if self.cancel.wait(0.01):
+                return False
+        return self._committed
+
+    # --- what the stages produce --------------------------------------------------------------
+    def set_user_text(self, text: str) -> None:
+        with self.session.lock:
+            self.user_text = text
+            self._publish_if_ready()
+
+    def add_reply(self, delta: str) -> None:
+        with self.session.lock:
+            self.reply += delta
+            if self._published and not self._interrupted:
+                self._reply_msg["content"] = self.reply
+                self._chat_reply["content"] = self.reply
+        if self._published:
+            self.session.touch("Speaking...")
+
+    def emit_audio(self, chunk: SpeechChunk) -> None:
+        with self.session.lock:
+            if self.cancel.is_set():
+                return
+            self.pieces[chunk.index] = chunk.text
+            if self.collect is not None:
+                self.collect.append(chunk)
+            if not self._published:
+                self._held.append(chunk)
+                return
+        self._send(chunk)
+
+    def _send(self, chunk: SpeechChunk) -> None:
+        if self.session.send_audio(chunk):
+            self.stamp("first_sent")
+
+    def _publish_if_ready(self) -> None:
+        """Under the session lock: show the turn once it is committed and its words known."""
+        s = self.session
+        if self._published or not self._committed or self.user_text is None \
+                or self.cancel.is_set():
+            return
+        self._published = True
+        self._user_msg = {"role": "user", "content": self.user_text}
+        self._reply_msg = {"role": "assistant", "content": self.reply}
+        self._chat_reply = {"role": "assistant", "content": self.reply}
+        s.history += [self._user_msg, self._reply_msg]
+        s.chat += [{"role": "user", "content": self.user_text}, self._chat_reply]
+        s.metrics.append(self.metrics)
+        held, self._held = self._held, []
+        for chunk in held:
+            self._send(chunk)
+        s.touch()
+
+    # --- the end of the turn ---------------------------------------------------------------------
+    def finish(self, error: str = "") -> None:
+        """The stages are done: keep what was said (marked when cut), drop an empty turn."""
+        m, s = self.metrics, self.session
+        m.cancelled = self.cancel.is_set() and self._published
+        with s.lock:
+            if not self._published:
+                return
+            reply = self.reply.strip()
+            if not reply:  # nothing was said: no dangling user message
+                _remove(s.history, self._user_msg, self._reply_msg)
+                _remove(s.chat, self._chat_reply)
+                return
+            if not self._interrupted:  # else the player's report already cut it
+                note = " [interrupted]" if m.cancelled else (" [cut off]" if error else "")
+                self._reply_msg["content"] = reply
+                self._chat_reply["content"] = reply + note
+        if not m.cancelled:
+            s.send_event({"type": "end", "turn": self.turn_id})  # the player reports "done"
+        self.refresh()
+
+    def on_player(self, report: PlayerReport) -> None:
+        """The page's player said what it did with this turn's audio."""
+        m = self.metrics
+        if report.kind == "audible":
+            m.v2v_ms = _round(report.t_ms - self.last_voiced_ms) if self.last_voiced_ms \
+                is not None else None
+            self.stamps["audible_ms"] = report.t_ms
+            if report.received_ms is not None:
+                self.stamps["received_ms"] = report.received_ms
+        elif report.kind == "stopped":
+            if report.cause_ms is not None:
+                m.interrupt_ms = _round(report.t_ms - report.cause_ms)
+            self._cut_to_heard(report.heard)
+        self.refresh()
+
+    def _cut_to_heard(self, heard: tuple[float, ...]) -> None:
+        """Barge-in: history and chat keep only what the user heard."""
+        text = heard_text(self.pieces, heard)
+        with self.session.lock:
+            self._interrupted = True
+            self.metrics.cancelled = True
+            self.metrics.heard_chars = len(text)
+            if self._reply_msg is not None:
+                self._reply_msg["content"] = text or "..."
+                self._reply_msg["interrupted"] = True
+                self._chat_reply["content"] = (text + " …" if text else "…") + " [interrupted]"
+
+    def refresh(self) -> None:
+        fill_timeline(self.metrics, self.stamps, self.last_voiced_ms, self.session.clock)
+        self.session.touch()
+
+
+def heard_text(pieces: dict[int, str], heard: tuple[float, ...]) -> str:
+    """The words of each piece in proportion to the share of it that played."""
+    out: list[str] = []
+    for index, share in enumerate(heard):
+        text = pieces.get(index, "")
+        if share >= 0.999:
+            out.append(text)
+        elif share > 0:
+            if any(ord(c) >= 0x2E80 for c in text):
+                out.append(text[:int(len(text) * share)])
+            else:
+                words = text.split()
+                out.append(" ".join(words[:int(len(words) * share)]))
+            break
+        else:
+            break
+    return " ".join(p for p in out if p).strip()
+
+
+def _remove(items: list[dict], *entries: dict | None) -> None:
+    for entry in entries:
+        for i, item in enumerate(items):
+            if item is entry:
+                del items[i]
+                break
+
+
+def _round(ms: float) -> float:
+    return round(ms, 1)

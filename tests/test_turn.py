@@ -1,0 +1,116 @@
+"""The turn's bookkeeping: speculation, commit, barge-in cut, and its one metrics owner.
+
+No stage runs here: these are about ordering (what the session shows and keeps when a
+turn is committed, discarded or interrupted), so the stages' output is fed by hand.
+"""
+
+import numpy as np
+import pytest
+
+from app.clock import BrowserClock
+from app.messages import PlayerReport, SpeechChunk
+from app.metrics import TurnMetrics, fill_timeline
+from app.session import Session
+from app.turn import Turn, heard_text
+
+
+def chunk(index: int, text: str) -> SpeechChunk:
+    return SpeechChunk(1, index, np.ones(160, np.int16), 16000, text, "piper", 0.0)
+
+
+def new_turn(session: Session) -> Turn:
+    return Turn(session, TurnMetrics(1, "primary"), last_voiced_ms=1000.0)
+
+
+def test_speculation_shows_nothing_until_committed():
+    s = Session("a")
+    turn = new_turn(s)
+    turn.set_user_text("What is the capital of France?")
+    turn.add_reply("The capital")
+    turn.emit_audio(chunk(0, "The capital"))
+    assert s.history == [] and s.chat == [] and s.metrics == []  # nothing seen or heard
+    turn.commit()
+    assert [h["content"] for h in s.history] == ["What is the capital of France?",
+                                                   "The capital"]
+    assert s.metrics == [turn.metrics] and "committed" in turn.stamps
+    turn.add_reply(" is Paris.")
+    assert s.history[1]["content"] == s.chat[1]["content"] == "The capital is Paris."
+
+
+def test_commit_before_the_transcript_waits_for_it():
+    s = Session("b")
+    turn = new_turn(s)
+    turn.commit()  # the silence was long enough before ASR finished
+    assert s.history == [] and turn.committed
+    turn.set_user_text("Hello")
+    assert s.history[0]["content"] == "Hello"
+
+
+def test_discarded_speculation_leaves_no_trace():
+    s = Session("c")
+    turn = new_turn(s)
+    turn.set_user_text("Tell me")
+    turn.add_reply("Sure")
+    turn.emit_audio(chunk(0, "Sure"))
+    turn.discard()  # the user went on talking
+    turn.commit()
+    assert turn.cancel.is_set() and not turn.published
+    assert s.history == [] and s.chat == [] and s.metrics == []
+    assert not turn.wait_decided(0.05)
+
+
+def test_barge_in_cuts_history_to_what_was_heard():
+    s = Session("d")
+    turn = new_turn(s)
+    turn.set_user_text("Tell me about cats.")
+    turn.commit()
+    turn.add_reply("Cats are small. They purr when happy. They sleep a lot.")
+    for i, text in enumerate(["Cats are small.", "They purr when happy.", "They sleep a lot."]):
+        turn.emit_audio(chunk(i, text))
+    turn.cancel.set()
+    # the player stopped halfway through the second piece
+    turn.on_player(PlayerReport("stopped", 1, t_ms=2100.0, heard=(1.0, 0.5, 0.0),
+                                cause_ms=2000.0))
+    turn.finish()
+    assert s.history[1]["content"] == "Cats are small. They purr"
+    assert s.history[1]["interrupted"] is True
+    assert s.chat[1]["content"].endswith("[interrupted]")
+    assert turn.metrics.cancelled and turn.metrics.interrupt_ms == 100.0
+    assert turn.metrics.heard_chars == len("Cats are small. They purr")
+
+
+def test_heard_text_by_share_of_each_piece():
+    pieces = {0: "Hello there.", 1: "How are you today?", 2: "Fine."}
+    assert heard_text(pieces, (1.0, 1.0, 1.0)) == "Hello there. How are you today? Fine."
+    assert heard_text(pieces, (1.0, 0.0, 0.0)) == "Hello there."
+    assert heard_text(pieces, (0.3, 0.0)) == ""
+    assert heard_text({0: "你好，我是小安。"}, (0.5,)) == "你好，我"
+
+
+def test_an_empty_reply_leaves_no_dangling_question():
+    s = Session("e")
+    turn = new_turn(s)
+    turn.set_user_text("Hello?")
+    turn.commit()
+    turn.finish(error="the model stream broke")
+    assert s.history == [] and [c["role"] for c in s.chat] == ["user"]
+
+
+def test_one_owner_fills_every_stage_figure():
+    clock = BrowserClock()
+    clock.observe(captured_ms=1000.0, arrived=50.002)  # browser 1000 ms = server 50.002 s
+    clock.observe(captured_ms=1020.0, arrived=50.030)  # a slower frame does not move it
+    m = TurnMetrics(1, "primary")
+    t0 = clock.to_server(900.0)  # the last voiced frame, 100 ms before that
+    stamps = {"asr_start": t0 + 0.15, "asr_end": t0 + 0.45, "committed": t0 + 0.42,
+              "llm_sent": t0 + 0.46, "first_token": t0 + 0.60, "first_piece": t0 + 0.80,
+              "first_audio": t0 + 0.90, "first_sent": t0 + 0.901,
+              "received_ms": 900.0 + 903.0, "audible_ms": 900.0 + 950.0}
+    fill_timeline(m, stamps, 900.0, clock)
+    assert m.eot_wait_ms == 420.0 and m.asr_after_speech_ms == 450.0
+    assert m.first_piece_ms == 200.0 and m.tts_first_audio_ms == 100.0
+    assert m.transport_ms == pytest.approx(2.0, abs=0.2) and m.playback_ms == 47.0
+    assert m.held_ms is None
+    assert m.timeline["audible"] == pytest.approx(950.0, abs=0.2)
+    assert list(m.timeline)[:8] == ["asr_start", "asr_end", "committed", "llm_sent",
+                                    "first_token", "first_piece", "first_audio", "first_sent"]

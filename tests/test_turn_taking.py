@@ -1,0 +1,202 @@
+"""Turn-taking in the real page (headless Chromium, real VAD, ASR, vLLM and TTS), each
+scenario repeated and its outcomes counted: the agent's own voice fed back into the
+microphone, a real interruption, a cough and an "mhm", a Mandarin question.
+
+The page's microphone is scripted (bench/scripted_mic.js): clips are played into it at the
+moment the scenario needs (for instance one second after the reply became audible), and
+the echo scenario mixes the page's own playback into it, with no echo cancellation.
+Counts, interrupt-to-silence and the command go to tests/artifacts/turn_taking.json
+(docs/RELIABILITY.md).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from app.audio import resample
+from app.launch import AppServer
+from app.metrics import percentile
+from bench.page import open_page, start_recording
+from tests.conftest import ARTIFACTS, ASSETS, ROOT, app_args
+
+pytestmark = pytest.mark.integration
+RUNS = 10
+NEEDED = 9  # of RUNS
+SCRIPTED_MIC = (ROOT / "bench" / "scripted_mic.js").read_text()
+RESULTS: dict[str, dict] = {}
+
+
+@pytest.fixture(scope="module")
+def tt_url(endpoint):
+    """The app with the demo preset (languages: English; Mandarin detected by Whisper base),
+    short replies so that each run plays one out."""
+    app = AppServer(app_args(endpoint, max_tokens=30),
+                    log_path=ROOT / "logs" / "app-turn-taking.log").start()
+    try:
+        yield app.wait_healthy().url
+    finally:
+        app.stop()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        (ARTIFACTS / "turn_taking.json").write_text(json.dumps(RESULTS, indent=1))
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    """16 kHz int16 clips: questions (committed recordings), an interruption, an "mhm"
+    (piper, a voice of the tests), a cough (a noise burst)."""
+    from app.tts.piper import PiperTts
+
+    piper = PiperTts()
+    piper.setup()
+
+    def said(text: str) -> np.ndarray:
+        pcm, rate = piper.synthesize(text, "en")
+        return (resample(pcm.astype(np.float32) / 32768, rate, 16000) * 32767).astype(np.int16)
+
+    def asset(name: str) -> np.ndarray:
+        x, _ = sf.read(ASSETS / name, dtype="int16")
+        return x
+
+    rng = np.random.default_rng(1)
+    t = np.arange(int(16000 * 0.45)) / 16000
+    burst = rng.standard_normal(len(t)) * np.exp(-t / 0.12) * (1 - np.exp(-t / 0.01))
+    cough = (np.convolve(burst, np.ones(8) / 8, "same") * 9000).astype(np.int16)
+    return {"question": asset("en_weather.wav"), "zh": asset("zh_weather.wav"),
+            "stop": said("Wait, stop! Tell me about dogs instead."), "mhm": said("Mhm."),
+            "cough": cough}
+
+
+def b64(pcm: np.ndarray) -> str:
+    return base64.b64encode(pcm.astype("<i2").tobytes()).decode()
+
+
+def say(page, pcm: np.ndarray, gain: float = 1.0) -> float:  # noqa: ANN001
+    return page.evaluate("(a) => window.__mic.play(a.b, 16000, a.g)", {"b": b64(pcm), "g": gain})
+
+
+def log(page) -> list[dict]:  # noqa: ANN001
+    return page.evaluate("() => window.voiceAgent.log")
+
+
+def wait_for(page, pred, timeout_s: float = 60.0) -> list[dict]:  # noqa: ANN001
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        entries = log(page)
+        if pred(entries):
+            return entries
+        time.sleep(0.1)
+    raise AssertionError(f"timed out; player log: {log(page)[-8:]}")
+
+
+def reports(entries: list[dict], kind: str) -> list[dict]:
+    return [e for e in entries if e["type"] == kind]
+
+
+@pytest.fixture
+def page(tt_url):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser, pg = open_page(pw, tt_url, init_script=SCRIPTED_MIC)
+        start_recording(pg)
+        yield pg
+        browser.close()
+
+
+def ask_and_wait_audible(page, clips) -> int:  # noqa: ANN001
+    """Say the question; return the turn id of the reply once it is audible."""
+    before = len(reports(log(page), "audible"))
+    say(page, clips["question"])
+    entries = wait_for(page, lambda e: len(reports(e, "audible")) > before)
+    return reports(entries, "audible")[-1]["turn"]
+
+
+def finished(page, turn: int, timeout_s: float = 60.0) -> str:  # noqa: ANN001
+    """"done" if the reply played to its end, "stopped" if it was cut."""
+    entries = wait_for(page, lambda e: any(x["type"] in ("done", "stopped") and
+                                           x["turn"] == turn for x in e), timeout_s)
+    return next(x["type"] for x in entries if x["type"] in ("done", "stopped")
+                and x["turn"] == turn)
+
+
+def record(name: str, outcomes: list[bool], **extra: object) -> None:
+    RESULTS[name] = {"runs": len(outcomes), "as_expected": sum(outcomes), **extra,
+                     "command": "pytest tests/test_turn_taking.py"}
+
+
+def test_own_voice_through_the_speakers_does_not_interrupt(page, clips):
+    page.evaluate("() => window.__mic.echo(0.7, 60)")  # the room: 60 ms, -3 dB
+    outcomes = []
+    for _ in range(RUNS):
+        turn = ask_and_wait_audible(page, clips)
+        outcomes.append(finished(page, turn) == "done")
+        time.sleep(0.8)
+    record("echo: the agent's reply fed back into the microphone", outcomes)
+    assert sum(outcomes) >= NEEDED, outcomes
+    # the echo did not become turns of its own: every user message is the question
+    users = page.evaluate("() => [...document.querySelectorAll('#va-chat .message-row.user-row')]"
+                          ".map(e => e.innerText)")
+    assert sum("stay warm" not in u.lower() for u in users) <= RUNS - NEEDED, users
+
+
+def test_a_real_interruption_stops_the_reply_fast_and_cuts_history(page, clips):
+    outcomes, silences = [], []
+    for _ in range(RUNS):
+        turn = ask_and_wait_audible(page, clips)
+        time.sleep(1.0)
+        say(page, clips["stop"])
+        result = finished(page, turn)
+        stopped = reports(log(page), "stopped")
+        ok = result == "stopped" and bool(stopped) and stopped[-1]["turn"] == turn
+        if ok:
+            silence = page.evaluate("(t) => window.voiceAgent.interrupts[t]", turn)
+            ok = silence is not None and 0 < sum(stopped[-1]["heard"]) < len(stopped[-1]["heard"])
+            if silence is not None:
+                silences.append(round(silence, 1))
+        outcomes.append(ok)
+        # the interruption itself becomes the next turn: let it play out
+        nxt = wait_for(page, lambda e, t=turn: any(x["type"] == "audible" and x["turn"] > t
+                                                   for x in e))
+        finished(page, reports(nxt, "audible")[-1]["turn"])
+        time.sleep(0.8)
+    chat = page.inner_text("#va-chat")
+    record("interruption (\"Wait, stop! ...\") during the reply", outcomes,
+           interrupt_to_silence_ms={"p50": percentile(silences, 50),
+                                    "p90": percentile(silences, 90), "all": silences})
+    assert sum(outcomes) >= NEEDED, (outcomes, silences)
+    assert chat.count("[interrupted]") >= NEEDED and "dogs" in chat.lower()
+
+
+@pytest.mark.parametrize("noise", ["cough", "mhm"])
+def test_a_cough_or_mhm_does_not_cancel_the_reply(page, clips, noise):
+    outcomes = []
+    for _ in range(RUNS):
+        turn = ask_and_wait_audible(page, clips)
+        time.sleep(1.0)
+        say(page, clips[noise])
+        outcomes.append(finished(page, turn) == "done")
+        time.sleep(0.8)
+    record(f"{noise} during the reply", outcomes)
+    assert sum(outcomes) >= NEEDED, outcomes
+    assert page.inner_text("#va-chat").count("[interrupted]") <= RUNS - NEEDED
+
+
+def test_mandarin_on_the_english_demo_gets_a_notice(page, clips):
+    outcomes = []
+    for run in range(RUNS):
+        before = len(reports(log(page), "done"))
+        say(page, clips["zh"])
+        wait_for(page, lambda e, n=before: len(reports(e, "done")) > n)
+        chat = page.inner_text("#va-chat")
+        # the transcript (Whisper writes some in traditional characters) and the notice
+        outcomes.append(chat.count("只会说英语") == run + 1 and chat.count("今天天") >= run + 1)
+        time.sleep(0.5)
+    record("Mandarin question, English-only model: notice in both languages", outcomes)
+    assert sum(outcomes) >= NEEDED, outcomes
+    assert "only English" in page.inner_text("#va-chat")
