@@ -6,6 +6,7 @@ import argparse
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = Path(os.environ.get("VOICE_AGENT_MODELS", ROOT / "models"))
@@ -76,7 +77,7 @@ class LlmConfig:
 
 @dataclass
 class TtsConfig:
-    engine: str = "auto"
+    engine: Literal["auto", "edge", "offline", "espeak"] = "auto"
     """"auto" or "edge" (edge-tts, then offline), "offline" (piper for English, Kokoro for
     Mandarin, espeak-ng), "espeak"."""
     edge_voice_en: str = "en-US-AriaNeural"
@@ -96,7 +97,7 @@ class AppConfig:
     primary: Endpoint
     anchor: Endpoint | None = None
     """Measured on every turn with the same messages; never heard."""
-    ab_mode: str = "sequential"
+    ab_mode: Literal["sequential", "concurrent"] = "sequential"
     """"sequential": the anchor request starts when the primary turn has finished (one GPU,
     no contention); "concurrent": both at once (endpoints on separate GPUs)."""
     persona: Path = ROOT / "persona" / "default.md"
@@ -153,7 +154,7 @@ def parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("speech")
     g.add_argument("--asr-model", default=AsrConfig.model,
                    help="CTranslate2 dir or faster-whisper hub id")
-    g.add_argument("--language", default=None,
+    g.add_argument("--language", default=None, choices=["auto", "en", "zh"],
                    help="auto (default), en or zh: ASR language and TTS voice")
     g.add_argument("--model-languages", default=None,
                    help="languages the model speaks, e.g. en,zh (default; --demo: en): "
@@ -204,23 +205,34 @@ def parser() -> argparse.ArgumentParser:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    """Flags, with defaults from `--config FILE.toml` when given (flags still win)."""
+    """Flags, with values from `--config FILE.toml` when given (flags still win). A TOML key
+    is a flag's name (`anchor_model` for `--anchor-model`) and its value passes through the
+    same parser, so a bad value fails with the flag's own message."""
     p = parser()
     args = p.parse_args(argv)
     if args.config is not None:
-        import tomllib
-
-        try:
-            values = tomllib.loads(args.config.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise SystemExit(f"Cannot read config file {args.config}: {exc}") from exc
-        known = {a.dest for a in p._actions}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise SystemExit(f"{args.config}: unknown keys {unknown}")
-        p.set_defaults(**values)
-        args = p.parse_args(argv)
+        args = p.parse_args([*toml_flags(args.config), *(argv or [])])
     return args
+
+
+def toml_flags(path: Path) -> list[str]:
+    """A TOML file as the flags it stands for (true -> a bare flag, false -> none)."""
+    import tomllib
+
+    try:
+        values = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise SystemExit(f"Cannot read config file {path}: {exc}") from exc
+    flags: list[str] = []
+    for key, value in values.items():
+        flag = "--" + key.replace("_", "-")
+        if key == "config" or not isinstance(value, str | int | float | bool):
+            raise SystemExit(f"{path}: {key} = {value!r} is not a flag's value")
+        if value is True:
+            flags.append(flag)
+        elif value is not False:
+            flags += [flag, str(value)]
+    return flags
 
 
 def from_args(args: argparse.Namespace) -> AppConfig:

@@ -146,19 +146,38 @@ def server_root(endpoint: Endpoint) -> str:
     return endpoint.base_url.rstrip("/").removesuffix("/v1")
 
 
+class ServerError(OSError):
+    """A route of the model server failed: unreachable, or an HTTP error status."""
+
+
+def _request(url: str, body: dict | None, api_key: str, timeout_s: float):  # noqa: ANN202
+    """GET (or, with `body`, POST as JSON) with httpx, the HTTP client the openai client
+    uses too; every failure becomes a ServerError."""
+    import httpx
+
+    try:
+        resp = httpx.request("POST" if body is not None else "GET", url, json=body,
+                             timeout=timeout_s,
+                             headers={"Authorization": f"Bearer {api_key or 'EMPTY'}"})
+        resp.raise_for_status()
+        return resp
+    except httpx.HTTPError as exc:
+        raise ServerError(f"{url}: {type(exc).__name__}: {exc}") from exc
+
+
 def server_json(endpoint: Endpoint, route: str, body: dict | None = None,
                 timeout_s: float = 10.0) -> dict:
-    """GET (or, with `body`, POST as JSON) a route of the endpoint's server with its key;
-    urllib's errors pass through to the caller, which knows what they mean."""
-    import json
-    import urllib.request
+    """GET (or, with `body`, POST as JSON) a route of the endpoint's server with its key."""
+    return _request(server_root(endpoint) + route, body, endpoint.api_key, timeout_s).json()
 
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(server_root(endpoint) + route, data=data,
-                                 headers={"Content-Type": "application/json",
-                                          "Authorization": f"Bearer {endpoint.api_key or 'EMPTY'}"})
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-        return json.loads(resp.read())
+
+def metrics_text(base_url: str, timeout_s: float = 2.0) -> str | None:
+    """The server's Prometheus page; None when it has none (not vLLM) or cannot be reached."""
+    root = base_url.rstrip("/").removesuffix("/v1")
+    try:
+        return _request(root + "/metrics", None, "", timeout_s).text
+    except ServerError:
+        return None
 
 
 def post_json(endpoint: Endpoint, route: str, body: dict, timeout_s: float = 10.0) -> dict:

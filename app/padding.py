@@ -16,8 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.config import Endpoint
-from app.llm import post_json, server_root, tokenize
-from app.servermetrics import metrics_text
+from app.llm import metrics_text, post_json, server_root, tokenize
 
 # Documented defaults when the server does not say (the model card's measurements).
 CARD_BLOCKS = {"bf16-ssm": 544, "fp32-ssm": 1056}
@@ -78,16 +77,18 @@ def _fill(base: str, count: Callable[[str], int], target: int) -> str | None:
 
 def server_block_size(endpoint: Endpoint, timeout_s: float = 3.0) -> int | None:
     """The prefix-cache granularity the server reports in vllm:cache_config_info."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     text = metrics_text(endpoint.base_url, timeout_s)
     if text is None:
         return None
-    for line in text.splitlines():
-        if line.startswith("vllm:cache_config_info{"):
-            labels = dict(part.split("=", 1) for part in
-                          _split_labels(line[line.index("{") + 1:line.rindex("}")]))
-            for key in ("cache_hit_alignment_tokens", "prefix_match_unit",
-                        "mamba_block_size", "block_size"):
-                value = labels.get(key, "").strip('"')
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name != "vllm:cache_config_info":
+                continue
+            for key in ("cache_hit_alignment_tokens", "prefix_match_unit", "mamba_block_size",
+                        "block_size"):
+                value = sample.labels.get(key, "")
                 if value.isdigit() and int(value) > 0:
                     return int(value)
     return None
@@ -153,21 +154,6 @@ def block_size(endpoint: Endpoint, given: int = 0) -> tuple[int | None, str]:
     if measured:
         return measured, "measured on the server"
     return server_block_size(endpoint), "server metrics"
-
-
-def _split_labels(body: str) -> list[str]:
-    parts, cur, quoted = [], "", False
-    for ch in body:
-        if ch == '"':
-            quoted = not quoted
-        if ch == "," and not quoted:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if cur:
-        parts.append(cur)
-    return [p for p in parts if "=" in p]
 
 
 def system_token_counter(endpoint: Endpoint, timeout_s: float = 10.0) -> Callable[[str], int]:

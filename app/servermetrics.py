@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
+
+from app.llm import metrics_text
 
 WANTED = {
     "vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count",
@@ -22,33 +22,17 @@ WANTED = {
 }
 
 
-def metrics_url(base_url: str) -> str:
-    root = base_url.rstrip("/")
-    return (root[:-3] if root.endswith("/v1") else root) + "/metrics"
-
-
 def parse(text: str) -> dict[str, float]:
-    """Sum each wanted series over its labels (engines, finish reasons)."""
+    """Sum each wanted series over its labels (engines, finish reasons), read by
+    prometheus_client's parser (labels, escapes and optional timestamps as the format says)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     totals: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in WANTED:
-            try:
-                totals[name] = totals.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
-            except (IndexError, ValueError):
-                continue
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in WANTED:
+                totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
     return totals
-
-
-def metrics_text(base_url: str, timeout_s: float = 2.0) -> str | None:
-    """The server's Prometheus page; None when it has none (not vLLM) or cannot be reached."""
-    try:
-        with urllib.request.urlopen(metrics_url(base_url), timeout=timeout_s) as resp:
-            return resp.read().decode("utf-8", "replace")
-    except (urllib.error.URLError, OSError, ValueError):
-        return None
 
 
 def snapshot(base_url: str, timeout_s: float = 2.0) -> dict[str, float] | None:

@@ -72,19 +72,24 @@ BUILD_PYTHON = ROOT / ".venv-build" / "bin" / "python"
 SUBCOMMANDS = {"latency", "fidelity", "inspect", "dry-run", "tiny", "bundle", "quantize"}
 
 
-def in_build_env(argv: list[str]) -> None:
-    """Quantizing needs llm-compressor, which lives in .venv-build (its pins clash with
-    vLLM's): re-run there when this interpreter lacks it."""
+BUILD_ENV = ROOT / ".venv-build"
+
+
+def in_build_env(argv: list[str], needs: str = "llmcompressor") -> None:
+    """Quantizing needs llm-compressor (and `tiny` needs torch), which live in .venv-build
+    (their pins clash with vLLM's): re-run there when this interpreter lacks `needs`. A venv
+    is told apart by its prefix: `python -m venv` links its interpreter to the base one, so
+    their resolved paths are the same."""
     import importlib.util
     import os
 
-    if importlib.util.find_spec("llmcompressor") is not None:
+    if importlib.util.find_spec(needs) is not None:
         return
-    if BUILD_PYTHON.exists() and Path(sys.executable).resolve() != BUILD_PYTHON.resolve():
+    if BUILD_PYTHON.exists() and Path(sys.prefix).resolve() != BUILD_ENV.resolve():
         os.chdir(ROOT)
         os.execv(str(BUILD_PYTHON), [str(BUILD_PYTHON), "-m", "build", *argv])
-    raise SystemExit("llm-compressor is not installed here: `make build-env` creates "
-                     ".venv-build with it (see requirements/build.txt)")
+    raise SystemExit(f"{needs} is not installed here: `make build-env` creates .venv-build "
+                     "with it (see requirements/build.txt)")
 
 
 def quantize(args: argparse.Namespace) -> None:
@@ -129,7 +134,7 @@ def dry_run(args: argparse.Namespace) -> None:
 
 
 def inspect_cmd(args: argparse.Namespace) -> None:
-    from build.inspect import main as inspect_main
+    from build.checkpoint import main as inspect_main
 
     raise SystemExit(inspect_main(args.rest))
 
@@ -167,7 +172,7 @@ def add_quantize_args(q: argparse.ArgumentParser) -> None:
     q.add_argument("--force", action="store_true", help="replace an existing --out")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--quiet", action="store_true")
-    q.set_defaults(func=quantize, needs_build_env=True)
+    q.set_defaults(func=quantize, needs_build_env="llmcompressor")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -202,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     ti = sub.add_parser("tiny", help="tiny random Qwen3.5-MoE for tests")
     ti.add_argument("--out", type=Path, required=True)
     ti.add_argument("--seed", type=int, default=0)
-    ti.set_defaults(func=tiny_cmd)
+    ti.set_defaults(func=tiny_cmd, needs_build_env="torch")
     bu = sub.add_parser("bundle", help="offline vLLM bundle (pack / unpack)", add_help=False)
     bu.add_argument("rest", nargs=argparse.REMAINDER)
     bu.set_defaults(func=bundle_cmd)
@@ -236,7 +241,7 @@ def main(argv: list[str] | None = None) -> None:
     fid.set_defaults(func=fidelity)
     args = p.parse_args(argv)
     if getattr(args, "needs_build_env", False):
-        in_build_env(argv)
+        in_build_env(argv, args.needs_build_env)
     if args.command == "dry-run":
         args.out = args.out or ROOT / "models" / f"dry-{args.layout}"
         from build.dryrun import REAL_CONFIG

@@ -54,7 +54,7 @@ def _canon(name: str) -> str:
 
 
 def _requirements(wheel: Path) -> list:
-    from pip._vendor.packaging.requirements import Requirement
+    from packaging.requirements import Requirement
 
     with zipfile.ZipFile(wheel) as z:
         meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))

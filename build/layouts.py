@@ -2,7 +2,7 @@
 
 One table serves three users: the quantization recipe (`build.quantize`), the
 `quantization_config` a dry-run directory carries (`build.dryrun`) and the checker
-(`build.inspect`). Module names are those of transformers' Qwen3.5-MoE checkpoints
+(`build.checkpoint`). Module names are those of transformers' Qwen3.5-MoE checkpoints
 (`model.language_model.layers.N.mlp.experts.E.gate_proj`, `...linear_attn.in_proj_qkv`).
 Stdlib only: the checker runs in any environment.
 """

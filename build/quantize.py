@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from build import calib, layouts
-from build.inspect import BUILD_INFO, BUILDING, check, read, read_header, render, summary
+from build.checkpoint import BUILD_INFO, BUILDING, check, read, read_header, render, summary
 
 # Copied from the base checkpoint verbatim (transformers re-serialises some on save).
 UPSTREAM_FILES = ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja",

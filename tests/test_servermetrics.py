@@ -1,4 +1,4 @@
-from app.servermetrics import between, metrics_url, parse
+from app.servermetrics import between, parse
 
 BEFORE = """# HELP vllm:time_to_first_token_seconds x
 vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 1.5
@@ -31,6 +31,7 @@ def test_one_request_between_snapshots():
     assert between(None, parse(AFTER)) is None
 
 
-def test_metrics_url():
-    assert metrics_url("http://h:8000/v1") == "http://h:8000/metrics"
-    assert metrics_url("http://h:8000/v1/") == "http://h:8000/metrics"
+def test_a_trailing_timestamp_is_not_the_value():
+    """The exposition format allows `name{labels} value timestamp`; the value is the value."""
+    text = BEFORE.replace("} 9.0\n", "} 9.0 1764547200000\n")
+    assert parse(text)["vllm:request_success_total"] == 10.0
