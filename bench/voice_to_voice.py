@@ -118,6 +118,9 @@ def run_pipeline(name: str, turns: int, mic: Path, baseline: str) -> dict:
         with sync_playwright() as pw:
             browser, page = open_page(pw, app.url, mic, cpus=cpus, init_script=PROBE_JS)
             sid = page.evaluate("() => window.voiceAgent.sid")
+            cdp = page.context.new_cdp_session(page)  # the browser's main-thread time
+            cdp.send("Performance.enable")
+            before = browser_times(cdp)
             if name == "baseline":
                 page.locator("button.record-button").first.click()
             else:
@@ -137,13 +140,30 @@ def run_pipeline(name: str, turns: int, mic: Path, baseline: str) -> dict:
             else:
                 stop_recording(page)
             rows = export(app.url, sid)
+            page_cost = {k: round(v - before[k], 1) for k, v in browser_times(cdp).items()}
+            page_cost.update(server_update_cost(app.url))
             browser.close()
     finally:
         if app is not None:
             app.stop()
         server.stop()
     return {"pipeline": name, "probe": probe[:turns], "transcripts": users, "replies": replies,
-            "rows": rows}
+            "rows": rows, "page_cost": page_cost}
+
+
+def browser_times(cdp) -> dict[str, float]:  # noqa: ANN001 - playwright CDPSession
+    """The page's main-thread time so far, ms: all tasks, script, style + layout."""
+    m = {x["name"]: x["value"] for x in cdp.send("Performance.getMetrics")["metrics"]}
+    return {"browser_task_ms": m["TaskDuration"] * 1000,
+            "browser_script_ms": m["ScriptDuration"] * 1000,
+            "browser_layout_ms": (m["LayoutDuration"] + m["RecalcStyleDuration"]) * 1000}
+
+
+def server_update_cost(url: str) -> dict[str, float]:
+    """CPU time the app spent in the page's update loop (newer revisions report it)."""
+    with urllib.request.urlopen(f"{url}agent/health", timeout=10) as resp:
+        health = json.loads(resp.read())
+    return {k: health[k] for k in ("page_updates", "page_update_cpu_ms") if k in health}
 
 
 def export(url: str, sid: str) -> list[dict]:
@@ -196,6 +216,14 @@ def markdown(results: list[dict], command: str, date: str) -> str:
         str(r["summary"]["wer"]) for r in results) + " |")
     lines.append("| turns cut by the next question | " + " | ".join(
         str(r["summary"]["cancelled"]) for r in results) + " |")
+    for key, label in (("browser_task_ms", "browser main thread, ms per turn"),
+                       ("browser_script_ms", "of which script, ms per turn"),
+                       ("page_update_cpu_ms", "server update loop CPU, ms per turn")):
+        cells = []
+        for r in results:
+            value = r["page_cost"].get(key)
+            cells.append("–" if value is None else f"{value / max(1, len(r['probe'])):.1f}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     if len(results) == 2:
         a, b = (r["summary"]["probe_v2v_ms"]["p50"] for r in results)
         if a and b:
