@@ -30,10 +30,10 @@ def words(text: str) -> list[str]:
     return [w for w in out if w]
 
 
-MIN_SCORE = -1.5
+MIN_SCORE = -1.2
 """Below this mean token log-probability the words are a guess: no words. Measured in the
-browser tests: interruptions -0.3 to -0.84 (half a second of speech is hard to read),
-echo fragments down to -1.24 (those are caught as echo)."""
+browser tests: interruptions -0.36 to -1.07 (half a second of speech is hard to read),
+Whisper's guesses at a hum ("Mhm." heard as "and may Chen") -1.30 to -1.63."""
 HUM = frozenset("mhnu")  # "Mhm" comes back as "M.H.N.", "M.H.M.H.", "Hmm"
 
 

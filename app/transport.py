@@ -162,6 +162,7 @@ async def serve_socket(ws, session: Session, conversation) -> None:  # noqa: ANN
         listener.put(None)
         if session.outbox is outbox:
             session.outbox = None
+            session.speaking = 0  # nothing plays without a page
 
 
 def _on_text(text: str, session: Session, listener: Listener, conversation) -> None:  # noqa: ANN001

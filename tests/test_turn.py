@@ -22,12 +22,19 @@ def new_turn(session: Session) -> Turn:
     return Turn(session, TurnMetrics(1, "primary"), last_voiced_ms=1000.0)
 
 
+def speaking_turn(session: Session, user: str, reply: str, pieces: list[str]) -> Turn:
+    """A turn whose words are known and whose reply's pieces were synthesised."""
+    turn = new_turn(session)
+    turn.set_user_text(user)
+    turn.add_reply(reply)
+    for i, text in enumerate(pieces):
+        turn.emit_audio(chunk(i, text))
+    return turn
+
+
 def test_speculation_shows_nothing_until_committed():
     s = Session("a")
-    turn = new_turn(s)
-    turn.set_user_text("What is the capital of France?")
-    turn.add_reply("The capital")
-    turn.emit_audio(chunk(0, "The capital"))
+    turn = speaking_turn(s, "What is the capital of France?", "The capital", ["The capital"])
     assert s.history == [] and s.chat == [] and s.metrics == []  # nothing seen or heard
     turn.commit()
     assert [h["content"] for h in s.history] == ["What is the capital of France?",
@@ -48,10 +55,7 @@ def test_commit_before_the_transcript_waits_for_it():
 
 def test_discarded_speculation_leaves_no_trace():
     s = Session("c")
-    turn = new_turn(s)
-    turn.set_user_text("Tell me")
-    turn.add_reply("Sure")
-    turn.emit_audio(chunk(0, "Sure"))
+    turn = speaking_turn(s, "Tell me", "Sure", ["Sure"])
     turn.discard()  # the user went on talking
     turn.commit()
     assert turn.cancel.is_set() and not turn.published
@@ -61,12 +65,10 @@ def test_discarded_speculation_leaves_no_trace():
 
 def test_barge_in_cuts_history_to_what_was_heard():
     s = Session("d")
-    turn = new_turn(s)
-    turn.set_user_text("Tell me about cats.")
+    turn = speaking_turn(s, "Tell me about cats.",
+                         "Cats are small. They purr when happy. They sleep a lot.",
+                         ["Cats are small.", "They purr when happy.", "They sleep a lot."])
     turn.commit()
-    turn.add_reply("Cats are small. They purr when happy. They sleep a lot.")
-    for i, text in enumerate(["Cats are small.", "They purr when happy.", "They sleep a lot."]):
-        turn.emit_audio(chunk(i, text))
     turn.cancel.set()
     # the player stopped halfway through the second piece
     turn.on_player(PlayerReport("stopped", 1, t_ms=2100.0, heard=(1.0, 0.5, 0.0),

@@ -65,6 +65,8 @@ def test_waterfall_has_a_bar_per_stage_with_its_milliseconds():
     for ms in ("420", "100", "138", "180", "240", "2", "47"):
         assert f">{ms}</text>" in svg, ms
     assert len(pictures(rows())) == 5
+    # the axis ends at the next round number above the longest bar (950 ms -> 1,000)
+    assert ">1,000</text>" in svg and ">2,000</text>" not in svg
 
 
 def test_delta_and_table():
