@@ -31,6 +31,3 @@ class BrowserClock:
     def to_server(self, browser_ms: float) -> float:
         """Server perf_counter() seconds for a browser time."""
         return (browser_ms + (self._offset_ms or 0.0)) / 1000.0
-
-    def to_browser(self, server_s: float) -> float:
-        return server_s * 1000.0 - (self._offset_ms or 0.0)
