@@ -36,8 +36,10 @@ class VadConfig:
     the audio is held until `silence_ms` confirms the end, and dropped if the user goes on).
     0 turns speculation off."""
     barge_in_ms: int = 500
-    """While the agent speaks, this much of the user's speech interrupts it (a cough, an
-    "mhm" or the agent's own echo are shorter); when it is silent, `min_speech_ms`."""
+    """While the agent speaks, each this much of the user's speech pauses the reply and
+    checks the words (app/conversation.py): a command ("wait", "stop") interrupts at once,
+    other words if the user goes on talking over the paused reply for as long again; a
+    cough or an "mhm" is shorter. When the agent is silent, `min_speech_ms` starts a turn."""
     max_utterance_s: float = 30.0
     """An utterance is cut here even if the user keeps talking."""
 
@@ -166,8 +168,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--vad-threshold", type=float, default=VadConfig.threshold)
     g.add_argument("--eager-ms", type=int, default=VadConfig.eager_ms,
                    help="silence after which a turn starts speculatively (0: off)")
-    g.add_argument("--barge-in-ms", type=int, default=VadConfig.barge_in_ms,
-                   help="speech that interrupts the agent while it speaks")
+    g.add_argument("--barge-in-ms", type=positive_int, default=VadConfig.barge_in_ms,
+                   help="speech over the agent that pauses it and checks the words")
     g.add_argument("--tts", default="auto", choices=["auto", "edge", "offline", "espeak"],
                    help="auto/edge: edge-tts, then offline; offline: piper (en), kokoro (zh), "
                    "espeak-ng")
@@ -271,6 +273,13 @@ def from_args(args: argparse.Namespace) -> AppConfig:
                       piper_voice=args.piper_voice, edge_proxy=args.edge_proxy),
         host=args.host, port=args.port, auth=auth, cpus=parse_cpus(args.cpus),
     )
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {value}")
+    return value
 
 
 def parse_cpus(text: str) -> tuple[int, ...]:

@@ -5,13 +5,19 @@ Agent silent:
     pause          a turn starts speculatively with the utterance so far
     resume         the speculation is dropped
     end            the speculation is committed (or a turn starts, speculation off)
-Agent speaking (its reply is playing in the page):
-    shorter than barge_in_ms   a cough or an "mhm": no turn, the reply goes on
-    speech_long    the player pauses (silence first) and ASR checks the words so far:
-                   an interruption stops the reply (cut to what was heard) and the
-                   utterance becomes the next turn; echo of the agent's own voice, a
-                   backchannel or no words resume it, and the utterance is ignored.
-                   After one echo verdict in a reply, later checks do not pause it.
+Agent speaking (its reply is playing in the page), an utterance over it:
+    shorter than barge_in_ms   a cough or an "mhm": nothing happens, the reply goes on
+    speech_long (first)        the player pauses (silence first) and ASR checks the words:
+                               a command ("wait", "stop") interrupts; the agent's own
+                               voice resumes the reply; any
+                               other words, a hum or a guess wait, paused ("pending")
+    speech_long (pending)      the user went on talking over the paused reply: words or a
+                               command interrupt, echo resumes, a hum or a guess waits on
+    pause / end (pending)      the user stopped: it was short (a hum, a remark, the echo
+                               that stopped with the reply): the reply resumes
+    An interruption stops the reply (the history keeps what was heard) and the utterance
+    becomes the next turn. After one echo verdict in a reply, its later first checks run
+    without pausing it (the pause comes only if the words are not the echo again).
 No UI text is made here.
 """
 
@@ -29,6 +35,7 @@ from app.vad import Endpointer
 
 log = logging.getLogger(__name__)
 KEEP_TURNS = 20  # recent turns kept for late player reports
+CHECK_SAMPLES = 4 * 16000  # audio an interruption check reads
 
 
 class Conversation:
@@ -49,6 +56,9 @@ class Conversation:
         endpointer = self._endpointers.pop(session.sid, None)
         if endpointer is not None:
             endpointer.reset()
+        if session.utterance == "pending":
+            self._resume(session)  # no more speech can come to decide it
+        session.utterance = None
         with session.lock:
             current = session.current
         if current is not None and not current.committed:
@@ -58,12 +68,9 @@ class Conversation:
         with session.lock:
             current = session.current
         speaking = session.speaking != 0
-        if session.utterance == "ignored" or (speaking and session.utterance is None):
-            # speech over the agent: nothing but an interruption check may come of it
-            if event.kind == "speech_long" and session.utterance is None:
-                self._check_interruption(session, event)
-            elif event.kind == "end":
-                session.utterance = None
+        if session.utterance in ("pending", "resumed") or (speaking and session.utterance is None):
+            # speech over the agent: nothing but an interruption may come of it
+            self._over_agent(session, event)
             return
         if event.kind == "speech_start":
             self.barge_in(session, cause_ms=event.frame_ms)  # the user goes on: drop it
@@ -82,30 +89,59 @@ class Conversation:
                                   last_voiced_ms=event.last_voiced_ms)
                 turn.commit()
 
+    def _over_agent(self, session: Session, event: VadEvent) -> None:
+        if event.kind == "end":
+            if session.utterance == "pending":
+                self._resume(session)
+            session.utterance = None
+        elif event.kind == "pause" and session.utterance == "pending":
+            self._resume(session)  # it was short: a hum, a remark, or echo that stopped
+            session.utterance = "resumed"  # more speech in this utterance is checked afresh
+        elif event.kind == "speech_long":
+            self._check_interruption(session, event)
+
     def _check_interruption(self, session: Session, event: VadEvent) -> None:
-        """The user has spoken barge_in_ms over the agent: pause, then let the words decide."""
+        """Another barge_in_ms of the user's speech over the agent: let the words decide."""
         playing = session.turns.get(session.speaking)
         if playing is None:
             return
+        pending = session.utterance == "pending"
+        paused = pending
+        if not pending and playing.turn_id not in session.echo_turns:
+            self._pause(session, playing.turn_id, event.frame_ms)
+            paused = True
         session.utterance = "checking"
-        pause = playing.turn_id not in session.echo_turns
-        if pause:
-            session.send_event({"type": "pause", "turn": playing.turn_id,
-                                "cause_ms": event.frame_ms})
-        transcript = self.agent.asr.process(playing.turn_id, event.audio)
+        # the last seconds: the words that decide, at one encoder window's cost however long
+        # the agent's echo has been going on
+        transcript = self.agent.asr.process(playing.turn_id,
+                                            event.audio[-CHECK_SAMPLES:])
         spoken = " ".join(playing.pieces.values())
         said = verdict(transcript.text, spoken, transcript.score)
-        log.info("speech over turn %s: %r (score %.2f) -> %s; the agent was saying %r",
-                 playing.turn_id, transcript.text, transcript.score, said, spoken[:160])
-        if said == "interrupt":
+        log.info("speech over turn %s (%s ms%s): %r (score %.2f) -> %s; the agent was "
+                 "saying %r", playing.turn_id, round(event.speech_ms),
+                 ", reply paused" if pending else "", transcript.text, transcript.score,
+                 said, spoken[:160])
+        if said == "command" or (pending and said == "words"):
             session.utterance = "turn"  # its pause and end make the next turn
             self.barge_in(session, cause_ms=event.frame_ms)
-            return
-        session.utterance = "ignored"
-        if said == "echo":
+        elif said == "echo":
             session.echo_turns.add(playing.turn_id)
-        if pause:
-            session.send_event({"type": "resume", "turn": playing.turn_id})
+            session.utterance = "resumed"
+            if paused:
+                self._resume(session)
+        else:  # words, a hum or a guess: interrupting only if the user goes on
+            if not paused:
+                self._pause(session, playing.turn_id, event.frame_ms)
+            session.utterance = "pending"
+
+    def _pause(self, session: Session, turn_id: int, cause_ms: float) -> None:
+        session.paused_turn = turn_id
+        session.send_event({"type": "pause", "turn": turn_id, "cause_ms": cause_ms})
+
+    def _resume(self, session: Session) -> None:
+        turn_id, session.paused_turn = session.paused_turn, 0
+        if turn_id:
+            session.send_event({"type": "resume", "turn": turn_id})
 
     # --- turns ------------------------------------------------------------------------------
     def start(self, session: Session, source: str, audio=None, text: str = "",  # noqa: ANN001
@@ -163,6 +199,7 @@ class Conversation:
         with session.lock:
             current, session.current = session.current, None
             playing = session.speaking  # a finished turn may still be playing
+        session.paused_turn = 0  # the stop ends a pause too
         if playing or (current is not None and current.published):
             session.send_event({"type": "stop", "turn": playing or current.turn_id,
                                 "cause_ms": cause_ms})

@@ -1,10 +1,17 @@
-"""Is the speech heard while the agent talks an interruption? Decided by its words.
+"""Is the speech heard while the agent talks an interruption? Decided by its words and by
+whether the user goes on talking once the agent has paused.
 
-Speech over the agent's reply is one of: the user interrupting ("wait, stop"), a
-backchannel ("mhm", "yeah"), a cough or a laugh (no words), or the agent's own voice
-coming back through the speakers where the browser's echo canceller let it through. Only
-the first may cut the reply. The words come from the same ASR as the turns, on the first
-`barge_in_ms` of the speech.
+Speech over the agent's reply is one of: the user interrupting ("wait, stop", "what about
+Spain?"), a backchannel ("mhm", "yeah"), a cough or a laugh (no words), or the agent's own
+voice coming back through the speakers where the browser's echo canceller let it through.
+Only the first may cut the reply. The words come from the same ASR as the turns.
+
+Words alone cannot tell a hum from a remark: Whisper tiny.en reads a synthetic "Mhm." as
+"and may come" (-0.95), "and make CHEM" (-0.5), "in a month" or "MHM" depending on the
+take and on the CPU's instruction set (measured, CTranslate2 AVX512 vs AVX2). So
+`app/conversation.py` pauses the reply and lets a command word ("stop", "wait") interrupt
+at once, any other words only if the user keeps talking over the paused reply: a hum, a
+cough and the agent's own echo (it stops with the reply) do not.
 """
 
 from __future__ import annotations
@@ -30,6 +37,12 @@ def words(text: str) -> list[str]:
     return [w for w in out if w]
 
 
+# Words that take the turn on their own, however short the utterance ("Stop!").
+COMMANDS = frozenset({
+    "stop", "wait", "hold", "hang", "cancel", "enough", "pause", "quiet", "shut", "actually",
+    "excuse", "停", "等",
+})
+
 MIN_SCORE = -1.2
 """Below this mean token log-probability the words are a guess: no words. Measured in the
 browser tests: interruptions -0.36 to -1.07 (half a second of speech is hard to read),
@@ -38,18 +51,22 @@ HUM = frozenset("mhnu")  # "Mhm" comes back as "M.H.N.", "M.H.M.H.", "Hmm"
 
 
 def verdict(heard: str, agent_text: str, score: float = 0.0) -> str:
-    """"interrupt", "echo" (the agent's own words), "backchannel" or "noise" (no words)."""
+    """"command" (a word that stops the agent), "echo" (the agent's own words),
+    "backchannel", "noise" (no words, a guess or a loop) or "words" (anything else)."""
     from app.asr import MAX_COMPRESSION, compression_ratio
 
     w = words(heard)
-    if not w or score < MIN_SCORE or compression_ratio(heard) > MAX_COMPRESSION or loops(w):
-        return "noise"  # nothing, a guess, or Whisper looping ("Stay warm. Stay warm. ...")
+    if not w or compression_ratio(heard) > MAX_COMPRESSION or loops(w):
+        return "noise"  # nothing, or Whisper looping ("Stay warm. Stay warm. ...")
     letters = "".join(w)
+    echo = echo_similarity(letters, "".join(words(agent_text))) >= ECHO_SIMILARITY
+    if any(x in COMMANDS for x in w) and not echo:
+        return "command"  # read even when unsure: "wait stop" came back at -1.24
+    if score < MIN_SCORE:
+        return "noise"  # a guess at a sound
     if all(x in BACKCHANNELS for x in w) or len(letters) <= 3 or set(letters) <= HUM:
         return "backchannel"
-    if echo_similarity(letters, "".join(words(agent_text))) >= ECHO_SIMILARITY:
-        return "echo"
-    return "interrupt"
+    return "echo" if echo else "words"
 
 
 def loops(w: list[str]) -> bool:

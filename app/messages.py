@@ -29,10 +29,11 @@ class VadEvent:
     """What the endpointer concluded from the frames so far."""
 
     kind: str
-    """"speech_start" (enough speech to be a user talking), "speech_long" (enough speech to
-    interrupt the agent, if its words say so), "pause" (a short silence: start the turn
-    speculatively), "resume" (speech again after a pause: drop the speculation) or "end"
-    (the silence is long enough: the turn is the user's answer, commit it)."""
+    """"speech_start" (enough speech to be a user talking), "speech_long" (another
+    `barge_in_ms` of speech: the agent, if it speaks, checks the words so far), "pause" (a
+    short silence: start the turn speculatively), "resume" (speech again after a pause: drop
+    the speculation) or "end" (the silence is long enough: the turn is the user's answer,
+    commit it)."""
     last_voiced_ms: float = 0.0
     """Browser time of the last voiced frame's end."""
     audio: np.ndarray | None = field(default=None, repr=False)

@@ -53,8 +53,11 @@ class Session:
     """Recent turns by id, for the player's reports."""
     utterance: str | None = None
     """What the user's current utterance is while the agent speaks: None (undecided),
-    "checking" (its words are being checked), "ignored" (echo, a backchannel, a cough) or
-    "turn" (it interrupted: it becomes the next turn)."""
+    "checking" (its words are being checked), "pending" (the reply is paused: interrupting
+    if the user goes on), "resumed" (let go: echo, or short; later speech is checked again)
+    or "turn" (it interrupted: it becomes the next turn). See app/conversation.py."""
+    paused_turn: int = 0
+    """Turn whose reply the page holds paused for the user's speech (0: none)."""
     echo_turns: set[int] = field(default_factory=set, repr=False)
     """Replies whose own voice came back as speech: later checks do not pause them."""
 

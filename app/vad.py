@@ -69,7 +69,7 @@ class Endpointer:
         self._silent = 0
         self._started = False
         self._paused = False
-        self._long = False
+        self._next_long = self.cfg.barge_in_ms
         self._last_voiced_ms = 0.0
 
     @property
@@ -112,8 +112,9 @@ class Endpointer:
         if not self._started and speech_ms >= cfg.min_speech_ms:
             self._started = True
             events.append(self._event("speech_start", end_ms))
-        if self._started and not self._long and speech_ms >= cfg.barge_in_ms:
-            self._long = True
+        if self._started and speech_ms >= self._next_long:
+            # every barge_in_ms of speech: the agent, if it speaks, checks the words so far
+            self._next_long += cfg.barge_in_ms
             events.append(self._event("speech_long", end_ms, with_audio=True))
         silence_ms = self._silent * FRAME_MS
         too_long = len(self._speech) * FRAME / RATE >= cfg.max_utterance_s

@@ -4,10 +4,15 @@ from app.pipeline import language_notice
 REPLY = "The capital of France is Paris. It is a big city on the river Seine."
 
 
-def test_the_users_own_words_interrupt():
-    assert verdict("Wait, stop!", REPLY) == "interrupt"
-    assert verdict("Actually, tell me about Spain instead.", REPLY) == "interrupt"
-    assert verdict("等一下，停！", "巴黎是法国的首都。") == "interrupt"
+def test_commands_and_the_users_own_words():
+    assert verdict("Wait, stop!", REPLY) == "command"
+    assert verdict("Actually, tell me about Spain instead.", REPLY) == "command"
+    assert verdict("等一下，停！", "巴黎是法国的首都。") == "command"
+    assert verdict("What about Spain?", REPLY) == "words"
+    # a command read even when Whisper is unsure of it (the browser test's log)
+    assert verdict("wait stop", REPLY, score=-1.24) == "command"
+    # the agent saying "wait" through the speakers is its echo, not a command
+    assert verdict("wait a moment", "Please wait a moment while I look.") == "echo"
 
 
 def test_the_agents_own_voice_is_echo():
@@ -41,11 +46,13 @@ def test_echo_is_matched_on_letters_not_words():
     assert verdict("to stay in warm.", "When it comes to staying warm, don't rely on it.") \
         == "echo"
     assert verdict("Wait, stop!", "When it comes to staying warm, don't rely on it.") \
-        == "interrupt"
+        == "command"
     assert verdict("M.H.N.", REPLY) == "backchannel"  # "Mhm." spelled out
     assert verdict("M.H.M.H.", REPLY) == "backchannel"
     assert verdict("and make a chance", REPLY, score=-1.9) == "noise"  # a guess at a hum
-    assert verdict("Wait, stop, tell me.", REPLY, score=-0.84) == "interrupt"
-    assert verdict("Stop, tell me", REPLY, score=-1.07) == "interrupt"
+    # ...and a confident one: words, which interrupt only if the user goes on talking
+    assert verdict("and make CHEM.", REPLY, score=-0.5) == "words"
+    assert verdict("Wait, stop, tell me.", REPLY, score=-0.84) == "command"
+    assert verdict("Tell me about dogs", REPLY, score=-1.07) == "words"
     assert verdict("and may Chen", REPLY, score=-1.30) == "noise"
     assert verdict("Stay warm. Stay warm. Stay warm. Stay warm. Stay", REPLY) == "noise"

@@ -42,10 +42,16 @@ def test_one_utterance_pause_then_end():
     audio = np.concatenate([np.zeros(8000, np.float32), speech, np.zeros(16000, np.float32)])
     cfg = VadConfig(silence_ms=400, eager_ms=128, barge_in_ms=500)
     events = feed(Endpointer(cfg), audio)
-    assert [e.kind for e, _ in events] == ["speech_start", "speech_long", "pause", "end"]
+    kinds = [e.kind for e, _ in events]
+    longs = [e for e, _ in events if e.kind == "speech_long"]
+    assert [k for k in kinds if k != "speech_long"] == ["speech_start", "pause", "end"]
+    assert kinds[0] == "speech_start" and kinds.index("speech_long") < kinds.index("pause")
+    # one per barge_in_ms of voiced speech, each with the utterance so far
+    assert [e.speech_ms // 500 for e in longs] == list(range(1, len(longs) + 1))
+    assert all(len(b.audio) > len(a.audio) for a, b in zip(longs, longs[1:], strict=False))
     true_end = last_voiced_ms(speech, 0.5)
-    pause, paused_at = events[2]
-    end, ended_at = events[3]
+    (pause, paused_at), = [(e, t) for e, t in events if e.kind == "pause"]
+    (end, ended_at), = [(e, t) for e, t in events if e.kind == "end"]
     # both carry the last voiced frame, within two Silero frames of the real end
     assert abs(end.last_voiced_ms - true_end) < 70 and pause.last_voiced_ms == end.last_voiced_ms
     # the speculation starts after the short silence, the commit after the long one

@@ -201,8 +201,11 @@
     node.connect(mctx.destination);  // outputs silence; keeps the node pulled
     node.port.onmessage = (e) => {
       const { pcm, end } = e.data;
-      // the browser time at which the context clock stood at the frame's last sample
-      const captured = performance.now() - (mctx.currentTime - end) * 1000;
+      // the browser time at which the context clock stood at the frame's last sample; the
+      // main thread's currentTime can lag the worklet's, and a frame is never captured
+      // after it is here (the server's clock offset is the smallest arrival - capture)
+      const now = performance.now();
+      const captured = Math.min(now, now - (mctx.currentTime - end) * 1000);
       const msg = new ArrayBuffer(16 + pcm.byteLength);
       const head = new DataView(msg, 0, 16);
       head.setFloat64(0, captured, true);
