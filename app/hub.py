@@ -1,10 +1,16 @@
-"""Sessions by id, so the audio routes find the conversation a page belongs to."""
+"""Sessions by id, so the audio routes find the conversation a page belongs to.
+
+Session ids are issued here, never taken from a client: an id is an unguessable secret
+handed only to a page that passed the login (Gradio's `demo.load`) or to a script that
+sent the credentials (`POST /agent/session`), and the audio channel and the export
+routes accept only ids issued here (app/server.py).
+"""
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
-import uuid
 
 from app.session import Session
 
@@ -15,21 +21,24 @@ class SessionHub:
         self._lock = threading.Lock()
         self.max_sessions = max_sessions
 
-    def register(self, sid: str) -> Session:
-        sid = sid or uuid.uuid4().hex
-        with self._lock:
-            if sid not in self._sessions:
-                if len(self._sessions) >= self.max_sessions:
-                    oldest = min(self._sessions.values(), key=lambda s: s.last_seen)
-                    del self._sessions[oldest.sid]
-                self._sessions[sid] = Session(sid)
-            session = self._sessions[sid]
+    def create(self) -> Session:
+        """A new session under a fresh secret id; the least recently seen one makes room."""
+        session = Session(secrets.token_urlsafe(18))
         session.last_seen = time.monotonic()
+        with self._lock:
+            if len(self._sessions) >= self.max_sessions:
+                oldest = min(self._sessions.values(), key=lambda s: s.last_seen)
+                del self._sessions[oldest.sid]
+            self._sessions[session.sid] = session
         return session
 
     def get(self, sid: str) -> Session | None:
+        """The session issued under `sid`, or None."""
         with self._lock:
-            return self._sessions.get(sid)
+            session = self._sessions.get(sid)
+        if session is not None:
+            session.last_seen = time.monotonic()
+        return session
 
     def __len__(self) -> int:
         return len(self._sessions)

@@ -8,6 +8,7 @@ leaves no orphaned server.
 from __future__ import annotations
 
 import atexit
+import base64
 import os
 import signal
 import socket
@@ -43,8 +44,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_http(url: str, proc: subprocess.Popen | None, timeout_s: float,
-              on_exit: Callable[[], str], on_timeout: str, interval_s: float = 1.0) -> None:
+def wait_http(url: str | urllib.request.Request, proc: subprocess.Popen | None,
+              timeout_s: float, on_exit: Callable[[], str], on_timeout: str,
+              interval_s: float = 1.0) -> None:
     """Poll `url` until it answers 200; fail at once if `proc` exits meanwhile."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -165,8 +167,24 @@ class AppServer:
         atexit.register(self.stop)
         return self
 
+    @property
+    def credentials(self) -> tuple[str, str] | None:
+        """`--auth user:password` from the args: the app's own routes ask for it."""
+        if "--auth" not in self.args:
+            return None
+        user, _, password = self.args[self.args.index("--auth") + 1].partition(":")
+        return user, password
+
+    def request(self, path: str, method: str = "GET") -> urllib.request.Request:
+        """A request to the app's route `path`, with the credentials if it has any."""
+        req = urllib.request.Request(self.url + path, method=method)
+        if self.credentials:
+            token = base64.b64encode(":".join(self.credentials).encode()).decode()
+            req.add_header("Authorization", f"Basic {token}")
+        return req
+
     def wait_healthy(self, timeout_s: float = 300.0) -> AppServer:
-        wait_http(self.url + "agent/health", self.proc, timeout_s,
+        wait_http(self.request("agent/health"), self.proc, timeout_s,
                   lambda: "the app exited:\n" + self.log_path.read_text(errors="replace")[-3000:],
                   f"the app is not up after {timeout_s:.0f} s; see {self.log_path}",
                   interval_s=0.5)

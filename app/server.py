@@ -1,11 +1,19 @@
-"""The web server: the Gradio page + the audio channel (one WebSocket per page)."""
+"""The web server: the Gradio page + the audio channel (one WebSocket per page).
+
+Every route checks who is asking, wherever the request comes from: Gradio's own routes
+by its login (`--auth`), the app's HTTP routes by the same credentials (HTTP Basic), and
+the audio channel and the export by a session id that only the server issues, to a page
+behind the login or to a script with the credentials (app/hub.py)."""
 
 from __future__ import annotations
 
 import logging
+import secrets
+from collections.abc import Callable
 
-from fastapi import FastAPI, HTTPException, WebSocket
+from fastapi import Depends, FastAPI, HTTPException, WebSocket
 from fastapi.responses import Response
+from fastapi.security import HTTPBasic, HTTPBasicCredentials
 
 from app.config import AppConfig
 from app.conversation import Conversation
@@ -16,6 +24,23 @@ from app.transport import serve_socket
 from app.ui import CSS, VoiceUi, build_blocks
 
 log = logging.getLogger(__name__)
+UNKNOWN_SESSION = "unknown session: reload the page (the app may have restarted)"
+
+
+def basic_auth(auth: tuple[str, str] | None) -> Callable[..., None]:
+    """The check of the app's own routes: with `--auth`, HTTP Basic credentials (scripts;
+    the page's routes carry a session id issued behind Gradio's login instead)."""
+    if auth is None:
+        return lambda: None
+    scheme = HTTPBasic(realm="voice agent")
+
+    def check(given: HTTPBasicCredentials = Depends(scheme)) -> None:  # noqa: B008
+        ok_user = secrets.compare_digest(given.username.encode(), auth[0].encode())
+        ok_password = secrets.compare_digest(given.password.encode(), auth[1].encode())
+        if not (ok_user and ok_password):
+            raise HTTPException(401, "wrong credentials", {"WWW-Authenticate": "Basic"})
+
+    return check
 
 
 def create_app(agent: Agent, title: str = "Voice agent", notice: str = "") -> FastAPI:
@@ -26,12 +51,24 @@ def create_app(agent: Agent, title: str = "Voice agent", notice: str = "") -> Fa
     conversation = Conversation(agent)
     ui = VoiceUi(conversation, hub, notice)
     app = FastAPI()
+    login = Depends(basic_auth(cfg.auth))
 
     @app.websocket("/agent/ws/{sid}")
     async def audio_socket(ws: WebSocket, sid: str) -> None:
-        """Microphone frames up, reply audio and player commands down (app/transport.py)."""
+        """Microphone frames up, reply audio and player commands down (app/transport.py).
+        The id is the credential: only ids the server issued are served."""
         await ws.accept()
-        await serve_socket(ws, hub.register(sid), conversation)
+        session = hub.get(sid)
+        if session is None:
+            await ws.send_json({"type": "error", "message": UNKNOWN_SESSION})
+            await ws.close(code=4404, reason="unknown session")
+            return
+        await serve_socket(ws, session, conversation)
+
+    @app.post("/agent/session", dependencies=[login])
+    async def new_session() -> dict:
+        """A session for a script that talks to the audio channel as the page does."""
+        return {"sid": hub.create().sid}
 
     @app.get("/agent/export/{sid}.{fmt}")
     async def export(sid: str, fmt: str) -> Response:
@@ -45,7 +82,7 @@ def create_app(agent: Agent, title: str = "Voice agent", notice: str = "") -> Fa
         return Response(body, media_type="application/json" if fmt == "json" else "text/csv",
                         headers={"Content-Disposition": f"attachment; filename=turns.{fmt}"})
 
-    @app.get("/agent/health")
+    @app.get("/agent/health", dependencies=[login])
     async def health() -> dict:
         return {"ok": True, "sessions": len(hub), "model": cfg.primary.model,
                 "page_updates": ui.polls, "page_update_cpu_ms": round(ui.poll_cpu_s * 1000, 1)}

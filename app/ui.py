@@ -48,11 +48,14 @@ class VoiceUi:
         self.polls = 0
 
     # --- callbacks --------------------------------------------------------------------------
-    def init(self, sid: str) -> Session:
-        return self.hub.register(sid)
+    def init(self) -> tuple[Session, str]:
+        """A page opened (behind the login, if any): its session, and the id its audio
+        channel presents."""
+        session = self.hub.create()
+        return session, session.sid
 
     def on_text(self, text: str, session: Session | None) -> tuple[str, Session]:
-        session = session or self.hub.register("")
+        session = session or self.hub.create()
         text = (text or "").strip()
         if not text:
             raise gr.Error("Type something first.")
@@ -63,7 +66,7 @@ class VoiceUi:
 
     def voice_turn(self, audio_path: str | None, session: Session | None):  # noqa: ANN201
         """One whole turn from an audio file: (transcript, reply, reply WAV, metrics)."""
-        session = session or self.hub.register("")
+        session = session or self.hub.create()
         cfg = self.agent.cfg
         if not audio_path:
             raise gr.Error("No audio received.")
@@ -170,7 +173,8 @@ def build_blocks(ui: VoiceUi, title: str) -> gr.Blocks:
                     json_btn = gr.DownloadButton("Export JSON", size="sm")
         table = gr.Dataframe(headers=TABLE_HEADERS, label="Turns", interactive=False,
                              elem_id="va-turns", max_height=320)
-        demo.load(ui.init, inputs=[sid], outputs=[state], js=VOICE_JS)
+        demo.load(ui.init, inputs=None, outputs=[state, sid], api_name=False).then(
+            None, inputs=[sid], outputs=None, js=VOICE_JS)
         text.submit(ui.on_text, [text, state], [text, state], concurrency_limit=None)
         send.click(ui.on_text, [text, state], [text, state], concurrency_limit=None,
                    api_name="text_turn")

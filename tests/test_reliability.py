@@ -4,15 +4,18 @@ Measured figures go to tests/artifacts/reliability.json (docs/RELIABILITY.md quo
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
+import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from gradio_client import Client, handle_file
 
+from app.client import VoiceClient
 from app.config import AppConfig, Endpoint, LlmConfig, TtsConfig
 from app.launch import AppServer
 from app.pipeline import Agent
@@ -113,23 +116,31 @@ def test_model_server_killed_mid_reply_then_back(own_server):
 
 
 def test_shared_app_requires_credentials(endpoint, tmp_path):
+    """Bound beyond loopback (all interfaces), asked only at 127.0.0.1: every route wants the
+    credentials or a session id the server issued, wherever the request comes from."""
     # 127.0.0.2 is loopback but not "localhost": it counts as listening elsewhere
     refused = AppServer([*app_args(endpoint), "--host", "127.0.0.2"],
                         log_path=tmp_path / "refused.log").start()
     assert refused.proc.wait(timeout=120) != 0
     assert "without --auth" in (tmp_path / "refused.log").read_text()
-    app = AppServer([*app_args(endpoint), "--host", "127.0.0.2", "--auth", "ann:s3cret",
+    app = AppServer([*app_args(endpoint), "--host", "0.0.0.0", "--auth", "ann:s3cret",
                      "--api-key", "sk-never-shown-123"], log_path=tmp_path / "shared.log")
     app.start()
     try:
-        url = f"http://127.0.0.2:{app.port}/"
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            try:
-                urllib.request.urlopen(url + "agent/health", timeout=2)
-                break
-            except OSError:
-                time.sleep(0.5)
+        app.wait_healthy()  # with the credentials
+        url = app.url  # 127.0.0.1
+        for path, method in (("agent/health", "GET"), ("agent/session", "POST")):
+            for auth in (None, "ann:wrong", "bob:s3cret"):
+                req = urllib.request.Request(url + path, method=method)
+                if auth:
+                    req.add_header("Authorization",
+                                   "Basic " + base64.b64encode(auth.encode()).decode())
+                with pytest.raises(urllib.error.HTTPError) as err:
+                    urllib.request.urlopen(req, timeout=10)
+                assert err.value.code == 401, (path, auth)
+        with urllib.request.urlopen(app.request("agent/session", "POST"), timeout=10) as r:
+            sid = json.loads(r.read())["sid"]
+        assert len(sid) >= 24  # a secret, not a counter
         with pytest.raises(Exception):  # noqa: B017 - any refusal will do, but it must refuse
             Client(url, verbose=False).predict("hi", api_name="/text_turn")
         client = Client(url, auth=("ann", "s3cret"), verbose=False)
@@ -140,6 +151,11 @@ def test_shared_app_requires_credentials(endpoint, tmp_path):
         log = (tmp_path / "shared.log").read_text()
         for text in (exported, page, log, json.dumps(out[3])):
             assert "sk-never-shown-123" not in text
-        assert "warning: listening on 127.0.0.2" in log
+        assert "warning: listening on 0.0.0.0" in log
+        # the audio channel serves the issued id (a script's session), and nothing else
+        with VoiceClient(url, auth=("ann", "s3cret")) as voice:
+            assert voice.sid != sid and voice.export() == []
+        with pytest.raises(ConnectionError, match="unknown session"):
+            VoiceClient(url).open(sid="chosen-by-the-client")
     finally:
         app.stop()

@@ -7,10 +7,9 @@
 // into an <audio> element (a path the browser's echo canceller covers, unlike Web Audio's
 // own output); it reports when a turn's first sample is audible, and on a stop command it
 // goes silent at once and reports how much of each piece was heard.
-// Runs once on page load (Blocks.load js=...), returns the session id for the hidden box.
-() => {
-  if (window.voiceAgent) return [window.voiceAgent.sid];
-  const sid = crypto.randomUUID ? crypto.randomUUID() : String(Math.random()).slice(2);
+// Runs once the page has loaded and the server issued its session id (app/hub.py).
+(sid) => {
+  if (window.voiceAgent || !sid) return [];
   const ctx = new (window.AudioContext || window.webkitAudioContext)({ latencyHint: "interactive" });
   const gain = ctx.createGain();
   const va = {
@@ -162,7 +161,16 @@
       } else if (msg.type === "ready") va.ready = true;
       else if (msg.type === "error") console.warn("voice agent:", msg.message);
     };
-    ws.onclose = () => { va.ready = false; setTimeout(connect, 1000); };
+    ws.onclose = (ev) => {
+      va.ready = false;
+      if (ev.code === 4404) {  // the server no longer knows this page (it restarted)
+        va.gone = true;
+        if (va.mic) micStop();
+        label();
+        return;
+      }
+      setTimeout(connect, 1000);
+    };
     va.ws = ws;
   }
   connect();
@@ -227,7 +235,8 @@
     const btn = document.getElementById("va-mic-btn");
     const state = document.getElementById("va-mic-state");
     if (btn) btn.textContent = va.mic ? "■ Stop talking" : "🎙 Start talking";
-    if (state) state.textContent = va.mic ? "listening (echo cancellation on)" : "microphone off";
+    if (state) state.textContent = va.gone ? "the app restarted: reload the page" :
+      va.mic ? "listening (echo cancellation on)" : "microphone off";
   }
   document.addEventListener("click", async (e) => {
     if (!e.target.closest || !e.target.closest("#va-mic-btn")) return;
@@ -240,5 +249,5 @@
     }
     label();
   });
-  return [sid];
+  return [];
 }

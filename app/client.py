@@ -1,0 +1,160 @@
+"""A client of the app's audio channel that does what the page does, for hosts without a
+browser (a GPU server) and for tests: it asks for a session, streams 20 ms microphone
+frames stamped with its own clock, receives the reply's audio, and reports when each
+reply became "audible" (the moment its first chunk arrived: no speaker here) and when it
+ended. The app then measures and records the turn exactly as for the page
+(`/agent/export`).
+
+    with VoiceClient("http://127.0.0.1:7860/", auth=("me", "pw")) as client:
+        reply = client.say(pcm16k)          # paced like a microphone, then silence
+        print(reply.text_events, reply.first_audio_ms - reply.last_frame_ms)
+        rows = client.export()
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import urllib.request
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from app.audio import resample
+from app.session import AUDIO_HEADER
+from app.transport import FRAME_HEADER
+
+FRAME_MS = 20
+
+
+def now_ms() -> float:
+    """The client's clock (its "browser" time)."""
+    return time.perf_counter() * 1000.0
+
+
+@dataclass
+class Reply:
+    turn: int = 0
+    first_audio_ms: float | None = None
+    """Client time the reply's first audio arrived."""
+    last_frame_ms: float = 0.0
+    """Client time of the last microphone frame sent with speech in it."""
+    chunks: list[np.ndarray] = field(default_factory=list)
+    rate: int = 0
+    events: list[dict] = field(default_factory=list)
+    """Every text message the app sent meanwhile (commands, errors)."""
+
+    @property
+    def audio(self) -> np.ndarray:
+        return np.concatenate(self.chunks) if self.chunks else np.zeros(0, np.int16)
+
+
+class VoiceClient:
+    def __init__(self, base_url: str, auth: tuple[str, str] | None = None,
+                 rate: int = 48000) -> None:
+        self.base_url = base_url.rstrip("/") + "/"
+        self.auth = auth
+        self.rate = rate
+        self.sid = ""
+        self._ws = None
+        self._seq = 0
+
+    # --- HTTP routes ---------------------------------------------------------------------
+    def _request(self, path: str, method: str = "GET") -> urllib.request.Request:
+        req = urllib.request.Request(self.base_url + path, method=method)
+        if self.auth:
+            token = base64.b64encode(":".join(self.auth).encode()).decode()
+            req.add_header("Authorization", f"Basic {token}")
+        return req
+
+    def _json(self, path: str, method: str = "GET") -> object:
+        with urllib.request.urlopen(self._request(path, method), timeout=30) as resp:
+            return json.loads(resp.read())
+
+    def export(self) -> list[dict]:
+        """The session's per-turn records, as the app measured them."""
+        return self._json(f"agent/export/{self.sid}.json")  # type: ignore[return-value]
+
+    # --- the audio channel ----------------------------------------------------------------
+    def open(self, sid: str = "") -> VoiceClient:
+        """Connect under `sid`, or under a new session the app issues."""
+        from websockets.sync.client import connect
+
+        self.sid = sid or self._json("agent/session", "POST")["sid"]  # type: ignore[index]
+        url = self.base_url.replace("http", "ws", 1) + f"agent/ws/{self.sid}"
+        self._ws = connect(url, max_size=None)
+        first = json.loads(self._ws.recv(timeout=30))
+        if first.get("type") != "ready":
+            raise ConnectionError(f"the app refused the session: {first}")
+        return self
+
+    def close(self) -> None:
+        if self._ws is not None:
+            self._ws.close()
+            self._ws = None
+
+    def __enter__(self) -> VoiceClient:
+        return self.open() if self._ws is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send_raw(self, data: bytes | str) -> None:
+        self._ws.send(data)
+
+    def stream(self, audio16k: np.ndarray) -> float:
+        """Send `audio16k` (float32 in [-1, 1]) as 20 ms frames at the microphone's pace;
+        return the client time of the last frame."""
+        x = (resample(audio16k.astype(np.float32), 16000, self.rate) * 32767).astype("<i2")
+        n = self.rate * FRAME_MS // 1000
+        start, t = now_ms(), now_ms()
+        for i in range(0, len(x) - n + 1, n):
+            t = start + (i + n) / self.rate * 1000
+            time.sleep(max(0.0, (t - now_ms()) / 1000))
+            self._ws.send(FRAME_HEADER.pack(t, self._seq, self.rate) + x[i:i + n].tobytes())
+            self._seq += 1
+        return t
+
+    def say(self, speech16k: np.ndarray, silence_s: float = 1.0,
+            timeout_s: float = 90.0) -> Reply:
+        """Speak, then stay silent (as a microphone does) while the reply comes; return the
+        reply once the app marks its end."""
+        lead = np.zeros(int(0.3 * 16000), np.float32)
+        self.stream(np.concatenate([lead, speech16k.astype(np.float32)]))
+        reply = Reply(last_frame_ms=now_ms())
+        quiet = np.zeros(16000 * FRAME_MS // 1000, np.float32)
+        deadline = time.monotonic() + timeout_s
+        sent_quiet = 0.0
+        while time.monotonic() < deadline:
+            if sent_quiet < silence_s:  # the microphone goes on sending silence
+                self.stream(quiet)
+                sent_quiet += FRAME_MS / 1000
+            if self._drain(reply, wait_s=0.0 if sent_quiet < silence_s else 0.5):
+                return reply
+        raise TimeoutError(f"no reply within {timeout_s:.0f} s; events: {reply.events[-5:]}")
+
+    def _drain(self, reply: Reply, wait_s: float) -> bool:
+        """Read what arrived; True once the reply's end came (and was reported done)."""
+        while True:
+            try:
+                msg = self._ws.recv(timeout=wait_s)
+            except TimeoutError:
+                return False
+            wait_s = 0.0
+            if isinstance(msg, bytes):
+                turn, _index, rate, _ = AUDIO_HEADER.unpack_from(msg)
+                if reply.first_audio_ms is None:
+                    reply.turn, reply.rate, reply.first_audio_ms = turn, rate, now_ms()
+                    self._ws.send(json.dumps({"type": "audible", "turn": turn,
+                                              "t_ms": reply.first_audio_ms,
+                                              "received_ms": reply.first_audio_ms}))
+                if turn == reply.turn:
+                    reply.chunks.append(np.frombuffer(msg, "<i2", offset=AUDIO_HEADER.size))
+                continue
+            event = json.loads(msg)
+            reply.events.append(event)
+            if event.get("type") == "end" and event.get("turn") == reply.turn and reply.chunks:
+                self._ws.send(json.dumps({"type": "done", "turn": reply.turn, "t_ms": now_ms(),
+                                          "heard": [1.0] * len(reply.chunks)}))
+                return True
