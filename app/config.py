@@ -79,7 +79,7 @@ class LlmConfig:
 
 @dataclass
 class TtsConfig:
-    engine: Literal["auto", "edge", "offline", "espeak"] = "auto"
+    engine: Literal["auto", "edge", "offline", "piper", "espeak"] = "auto"
     """"auto" or "edge" (edge-tts, then offline), "offline" (piper for English, Kokoro for
     Mandarin, espeak-ng), "espeak"."""
     edge_voice_en: str = "en-US-AriaNeural"
@@ -170,9 +170,10 @@ def parser() -> argparse.ArgumentParser:
                    help="silence after which a turn starts speculatively (0: off)")
     g.add_argument("--barge-in-ms", type=positive_int, default=VadConfig.barge_in_ms,
                    help="speech over the agent that pauses it and checks the words")
-    g.add_argument("--tts", default="auto", choices=["auto", "edge", "offline", "espeak"],
+    g.add_argument("--tts", default="auto",
+                   choices=["auto", "edge", "offline", "piper", "espeak"],
                    help="auto/edge: edge-tts, then offline; offline: piper (en), kokoro (zh), "
-                   "espeak-ng")
+                   "espeak-ng; piper: piper alone (it then reads every language)")
     g.add_argument("--voice-en", default=TtsConfig.edge_voice_en, help="edge-tts English voice")
     g.add_argument("--voice-zh", default=TtsConfig.edge_voice_zh, help="edge-tts Mandarin voice")
     g.add_argument("--piper-voice", default="", help="piper .onnx voice file")
@@ -192,6 +193,9 @@ def parser() -> argparse.ArgumentParser:
                    help="an experts-only INT4 checkpoint (hub id or directory); empty: no A/B")
     g.add_argument("--vllm-python", default="",
                    help="Python of an environment with (GPU) vLLM; default: this one")
+    g.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
+                   help="one more flag for both servers, repeatable (e.g. --vllm-arg="
+                   "--gdn-prefill-backend --vllm-arg=triton where flashinfer is missing)")
     g = p.add_argument_group("web")
     g.add_argument("--cpus", default="",
                    help="cores the app may use, e.g. 0 or 0-2 (--demo: the cores its vLLM "

@@ -308,16 +308,20 @@ def gpu_memory_gib() -> list[float]:
 
 
 def gpu_servers(plans: list[GpuPlan], served: dict[str, str], base_port: int = 8000,
-                vllm_cmd: str = "") -> list[VllmServer]:
+                vllm_cmd: str = "", extra: list[str] = ()) -> list[VllmServer]:
     from app.llm import DRY_RUN_MARKER
 
+    shared = len({p.gpu for p in plans}) < len(plans)
     servers = []
     for i, plan in enumerate(plans):
         # a `python -m build dry-run` directory has no weights: vLLM makes random ones
         dummy = ["--load-format", "dummy"] if (Path(plan.model) / DRY_RUN_MARKER).exists() \
             else []
+        # two servers starting at once on one GPU each see the other's memory in their
+        # profiling: the plan's KV budget, fixed, lets both start side by side
+        kv = ["--kv-cache-memory-bytes", str(int(plan.kv_gib * 2**30))] if shared else []
         server = VllmServer(model=plan.model, served_name=served[plan.name], port=base_port + i,
-                            extra_args=[*CARD_FLAGS, *VOICE_FLAGS, *dummy,
+                            extra_args=[*CARD_FLAGS, *VOICE_FLAGS, *dummy, *kv, *extra,
                                         "--gpu-memory-utilization", str(plan.fraction)],
                             env={"CUDA_VISIBLE_DEVICES": str(plan.gpu)},
                             # not .venv-vllm: that is the CPU build

@@ -105,12 +105,19 @@ def test_gpu_servers_take_the_card_and_voice_flags(tmp_path):
     (dry / "DRY_RUN.json").write_text("{}")
     plans = plan_gpus(str(tmp_path / "real"), str(dry), [139.8])
     primary, anchor = gpu_servers(plans, {"primary": "qwen36", "anchor": "anchor"},
-                                  vllm_cmd="/opt/vllm/bin/python")
-    for srv in (primary, anchor):
+                                  vllm_cmd="/opt/vllm/bin/python",
+                                  extra=["--gdn-prefill-backend", "triton"])
+    for srv, plan in zip((primary, anchor), plans, strict=True):
         cmd = srv.command()
         assert cmd[0] == "/opt/vllm/bin/python"
+        assert cmd[cmd.index("--gdn-prefill-backend") + 1] == "triton"
+        # one GPU shared: each server's KV budget is fixed by the plan, so both start at once
+        assert int(cmd[cmd.index("--kv-cache-memory-bytes") + 1]) == int(plan.kv_gib * 2**30)
         assert "--enable-prefix-caching" in cmd and "--mamba-ssm-cache-dtype" in cmd
         assert cmd[cmd.index("--max-cudagraph-capture-size") + 1] == "256"
     # a dry-run directory has no weights: vLLM is told to make random ones
     assert "--load-format" not in primary.command()
     assert anchor.command()[anchor.command().index("--load-format") + 1] == "dummy"
+    # a GPU each: vLLM sizes its own cache
+    one_each = gpu_servers(plan_gpus("p", "a", [80.0, 80.0]), {"primary": "p", "anchor": "a"})
+    assert all("--kv-cache-memory-bytes" not in s.command() for s in one_each)

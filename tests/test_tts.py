@@ -71,6 +71,11 @@ def test_language_routing():
     assert name == "kokoro"  # piper's voice is English-only and is skipped, not marked down
     _, _, name, _ = tts.synthesize("Hello.", "en")
     assert name == "piper"
+    # `--tts piper` (a host without a Mandarin voice): piper reads it, and says so
+    alone = FallbackTts([PiperTts()])
+    alone.setup()
+    pcm, _, name, note = alone.synthesize("你好。", "zh")
+    assert name == "piper" and len(pcm) > 0 and note == "no zh voice: read by piper"
 
 
 def test_edge_hanging_service_falls_back_within_a_second():

@@ -75,6 +75,16 @@ class FallbackTts:
                 notes.append(f"{engine.name} {exc}")
                 continue
             return pcm, rate, engine.name, "; ".join(notes)
+        if not any(language in e.languages for e in self.engines):
+            # no voice for this language at all (`--tts piper`): rather than silence, the
+            # first voice reads it, and the turn says so
+            engine = self.engines[0]
+            try:
+                pcm, rate = engine.synthesize(text, engine.languages[0])
+            except TtsError as exc:
+                notes.append(f"{engine.name} {exc}")
+            else:
+                return pcm, rate, engine.name, f"no {language} voice: read by {engine.name}"
         raise TtsError(f"no TTS engine could speak {language!r}: " + "; ".join(notes))
 
 
@@ -89,6 +99,7 @@ def build_tts(cfg: TtsConfig) -> FallbackTts:
         "auto": [EdgeTts(cfg), *offline],
         "edge": [EdgeTts(cfg), *offline],
         "offline": offline,
+        "piper": [PiperTts(cfg.piper_voice)],  # English only: a host without kokoro, espeak-ng
         "espeak": [EspeakTts()],
     }
     return FallbackTts(chains[cfg.engine], retry_after_s=cfg.edge_retry_after_s)
