@@ -119,29 +119,35 @@ class VoiceClient:
     def say(self, speech16k: np.ndarray, silence_s: float = 1.0,
             timeout_s: float = 90.0) -> Reply:
         """Speak, then stay silent (as a microphone does) while the reply comes; return the
-        reply once the app marks its end."""
+        reply once the app marks its end. Between silent frames the client waits on the
+        socket, so a reply chunk is taken the moment it arrives (as the page's does)."""
         lead = np.zeros(int(0.3 * 16000), np.float32)
         self.stream(np.concatenate([lead, speech16k.astype(np.float32)]))
         reply = Reply(last_frame_ms=now_ms())
-        quiet = np.zeros(16000 * FRAME_MS // 1000, np.float32)
+        n = self.rate * FRAME_MS // 1000
+        quiet = np.zeros(n, "<i2").tobytes()
         deadline = time.monotonic() + timeout_s
-        sent_quiet = 0.0
+        due, frames_left = reply.last_frame_ms + FRAME_MS, int(silence_s * 1000 / FRAME_MS)
         while time.monotonic() < deadline:
-            if sent_quiet < silence_s:  # the microphone goes on sending silence
-                self.stream(quiet)
-                sent_quiet += FRAME_MS / 1000
-            if self._drain(reply, wait_s=0.0 if sent_quiet < silence_s else 0.5):
+            wait_s = max(0.0, (due - now_ms()) / 1000) if frames_left else 0.5
+            if self._drain(reply, wait_s=wait_s):
                 return reply
+            if frames_left and now_ms() >= due:  # the microphone goes on sending silence
+                self._ws.send(FRAME_HEADER.pack(due, self._seq, self.rate) + quiet)
+                self._seq += 1
+                due += FRAME_MS
+                frames_left -= 1
         raise TimeoutError(f"no reply within {timeout_s:.0f} s; events: {reply.events[-5:]}")
 
     def _drain(self, reply: Reply, wait_s: float) -> bool:
-        """Read what arrived; True once the reply's end came (and was reported done)."""
+        """Read what arrives within `wait_s`; True once the reply's end came (and was
+        reported done)."""
+        until = time.monotonic() + wait_s
         while True:
             try:
-                msg = self._ws.recv(timeout=wait_s)
+                msg = self._ws.recv(timeout=max(0.0, until - time.monotonic()))
             except TimeoutError:
                 return False
-            wait_s = 0.0
             if isinstance(msg, bytes):
                 turn, _index, rate, _ = AUDIO_HEADER.unpack_from(msg)
                 if reply.first_audio_ms is None:

