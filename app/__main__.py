@@ -133,6 +133,8 @@ def main(argv: list[str] | None = None) -> None:
         agent = Agent(cfg)
         print("Loading speech models ...", flush=True)
         agent.setup()
+        print(f"ASR ready (warm-up decode {agent.asr.warmup_ms:,.0f} ms, paid at start)",
+              flush=True)
         with ThreadPoolExecutor() as pool:
             list(pool.map(lambda s: s.wait_healthy(), servers))
         for ep in filter(None, (cfg.primary, cfg.anchor)):

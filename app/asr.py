@@ -45,6 +45,8 @@ class Asr:
         """A multilingual model that tells the language when `model` is English-only
         (`AsrConfig.detect_model`): speech in another language is then transcribed by it."""
         self._worker: ThreadPoolExecutor | None = None
+        self.warmup_ms: float | None = None
+        """Time of the warm-up decode at setup (the first decode's one-off cost)."""
 
     def _cores(self) -> set[int]:
         return set(self.cfg.cpus) or os.sched_getaffinity(0)
@@ -63,6 +65,13 @@ class Asr:
         if self.cfg.detect_model and not self.model.model.is_multilingual \
                 and self.cfg.language == "auto":
             self.detector = self._open(self.cfg.detect_model)
+        # the first decode pays for lazy set-up (on a GPU: CUDA context, cuBLAS, kernels:
+        # 13.4 s on the H200, docs/PERFORMANCE.md); pay it here, not in the user's first turn
+        t0 = time.perf_counter()
+        noise = np.random.default_rng(0).normal(0, 0.01, 16000).astype(np.float32)
+        for model in filter(None, (self.model, self.detector)):
+            self._decode_window(model, noise, "en" if model is self.model else "auto")
+        self.warmup_ms = round((time.perf_counter() - t0) * 1000, 1)
 
     def _open(self, source: str):  # noqa: ANN202 - faster_whisper.WhisperModel
         from faster_whisper import WhisperModel
