@@ -1,7 +1,7 @@
 """Regenerate the test recordings in this folder with the offline voices (piper for English,
 Kokoro for Mandarin).
 
-  .venv/bin/python assets/make_assets.py
+  .venv/bin/python -m assets.make_assets
 
 Writes 16 kHz mono WAVs (and one 48 kHz stereo copy) plus transcripts.json. A short
 silence pads each clip, as a person leaves before and after speaking.
@@ -30,9 +30,6 @@ ZH_CLIPS = {
 
 
 def main() -> None:
-    import sys
-
-    sys.path.insert(0, str(HERE.parent))
     from app.audio import resample
     from app.tts.kokoro import KokoroTts
     from app.tts.piper import PiperTts

