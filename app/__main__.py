@@ -74,7 +74,8 @@ def launch_servers(args: argparse.Namespace) -> list[VllmServer]:
     print(format_plan(plans, gpus), flush=True)
     served = {"primary": args.model, "anchor": args.anchor_model or "anchor"}
     servers = gpu_servers(plans, served, base_port=args.vllm_port or 8000,
-                          vllm_cmd=args.vllm_python, extra=args.vllm_arg)
+                          vllm_cmd=args.vllm_python, extra=args.vllm_arg,
+                          dense_int4_kernel=args.dense_int4_kernel)
     args.base_url = servers[0].base_url
     if len(servers) == 2:
         args.anchor_base_url, args.anchor_model = servers[1].base_url, served["anchor"]

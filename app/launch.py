@@ -307,8 +307,15 @@ def gpu_memory_gib() -> list[float]:
     return [int(x) / 1024 for x in out.stdout.split()]
 
 
+# vLLM picks Machete (CUTLASS) for dense W4A16 layers on Hopper; with these two disabled it
+# takes Marlin: 0.85x ms/token at one stream, 1.20x at five (H200, docs/PERFORMANCE.md). A
+# voice user is one stream.
+MARLIN_DENSE = {"VLLM_DISABLED_KERNELS": "MacheteLinearKernel,CutlassW4A16LinearKernel"}
+
+
 def gpu_servers(plans: list[GpuPlan], served: dict[str, str], base_port: int = 8000,
-                vllm_cmd: str = "", extra: list[str] = ()) -> list[VllmServer]:
+                vllm_cmd: str = "", extra: list[str] = (),
+                dense_int4_kernel: str = "marlin") -> list[VllmServer]:
     from app.llm import DRY_RUN_MARKER
 
     shared = len({p.gpu for p in plans}) < len(plans)
@@ -323,7 +330,8 @@ def gpu_servers(plans: list[GpuPlan], served: dict[str, str], base_port: int = 8
         server = VllmServer(model=plan.model, served_name=served[plan.name], port=base_port + i,
                             extra_args=[*CARD_FLAGS, *VOICE_FLAGS, *dummy, *kv, *extra,
                                         "--gpu-memory-utilization", str(plan.fraction)],
-                            env={"CUDA_VISIBLE_DEVICES": str(plan.gpu)},
+                            env={"CUDA_VISIBLE_DEVICES": str(plan.gpu),
+                                 **(MARLIN_DENSE if dense_int4_kernel == "marlin" else {})},
                             # not .venv-vllm: that is the CPU build
                             python=vllm_cmd or sys.executable,
                             log_path=ROOT / "logs" / f"vllm-{plan.name}.log")

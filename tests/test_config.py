@@ -121,3 +121,7 @@ def test_gpu_servers_take_the_card_and_voice_flags(tmp_path):
     # a GPU each: vLLM sizes its own cache
     one_each = gpu_servers(plan_gpus("p", "a", [80.0, 80.0]), {"primary": "p", "anchor": "a"})
     assert all("--kv-cache-memory-bytes" not in s.command() for s in one_each)
+    # one voice user is one stream: Marlin for the dense INT4 layers, unless asked otherwise
+    assert all("MacheteLinearKernel" in s.env["VLLM_DISABLED_KERNELS"] for s in one_each)
+    machete = gpu_servers(plans, {"primary": "p", "anchor": "a"}, dense_int4_kernel="machete")
+    assert all("VLLM_DISABLED_KERNELS" not in s.env for s in machete)
