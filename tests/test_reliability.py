@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from gradio_client import Client, handle_file
+from gradio_client.exceptions import AuthenticationError
 
 from app.client import VoiceClient
 from app.config import AppConfig, Endpoint, LlmConfig, TtsConfig
@@ -141,7 +142,7 @@ def test_shared_app_requires_credentials(endpoint, tmp_path):
         with urllib.request.urlopen(app.request("agent/session", "POST"), timeout=10) as r:
             sid = json.loads(r.read())["sid"]
         assert len(sid) >= 24  # a secret, not a counter
-        with pytest.raises(Exception):  # noqa: B017 - any refusal will do, but it must refuse
+        with pytest.raises(AuthenticationError, match="credentials were not provided"):
             Client(url, verbose=False).predict("hi", api_name="/text_turn")
         client = Client(url, auth=("ann", "s3cret"), verbose=False)
         out = client.predict(handle_file(ASSETS / "en_hello.wav"), api_name="/voice_turn")

@@ -1,0 +1,122 @@
+"""The order of what happens when the user speaks over the agent (app/conversation.py):
+which player commands go out, in which order, for each kind of speech. ASR is scripted here
+(what it heard is the input of these tests); the player commands go through the real
+Outbox; the browser scenarios with real ASR are tests/test_turn_taking.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from app.config import AppConfig, Endpoint
+from app.conversation import Conversation
+from app.messages import Transcript, VadEvent
+from app.session import Session
+from app.transport import Outbox
+
+REPLY = "The capital of France is Paris. It is a big city on the river Seine."
+
+
+class ScriptedAsr:
+    """Returns the next (text, score) of its script for each check."""
+
+    def __init__(self, script: list[tuple[str, float]]) -> None:
+        self.script = list(script)
+        self.heard: list[int] = []
+
+    def process(self, turn_id: int, audio: np.ndarray) -> Transcript:
+        self.heard.append(len(audio))
+        text, score = self.script.pop(0)
+        return Transcript(turn_id, text, "en", 0.0, 0.0, score)
+
+
+@pytest.fixture
+def loop():
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+def talk(loop, script: list[tuple[str, float]]):  # noqa: ANN001, ANN201
+    """A session whose reply (turn 3) is playing, a conversation with the scripted ASR, and
+    a function returning the player commands sent since it was last called."""
+    asr = ScriptedAsr(script)
+    cfg = AppConfig(primary=Endpoint("primary", "http://127.0.0.1:9/v1", "m"))  # never called
+    agent = SimpleNamespace(asr=asr, cfg=cfg)
+    conversation = Conversation(agent)  # type: ignore[arg-type]
+    session = Session("s")
+    session.outbox = Outbox(loop)
+    session.speaking = 3
+    session.turns[3] = SimpleNamespace(turn_id=3, pieces={0: REPLY})
+
+    def sent() -> list[str]:
+        loop.run_until_complete(asyncio.sleep(0))  # the Outbox hands over on its loop
+        out = []
+        while not session.outbox.queue.empty():
+            msg = json.loads(session.outbox.queue.get_nowait())
+            out.append(msg["type"])
+        return out
+
+    return conversation, session, sent
+
+
+def event(kind: str, speech_ms: float = 500, seconds: float = 0.6) -> VadEvent:
+    return VadEvent(kind, 1000.0, np.zeros(int(16000 * seconds), np.float32), speech_ms, 1000.0)
+
+
+def test_a_command_stops_the_reply_at_the_first_check(loop):
+    conversation, session, sent = talk(loop, [("Wait, stop.", -0.6)])
+    conversation.on_vad(session, event("speech_start"))
+    assert sent() == []  # speech over the agent is not a turn (yet)
+    conversation.on_vad(session, event("speech_long"))
+    assert sent() == ["pause", "stop"]  # silent first, then cut
+    assert session.utterance == "turn" and session.paused_turn == 0
+
+
+def test_a_hum_pauses_the_reply_then_lets_it_go_on(loop):
+    conversation, session, sent = talk(loop, [("and may come.", -0.95)])
+    conversation.on_vad(session, event("speech_long"))
+    assert sent() == ["pause"] and session.utterance == "pending"
+    conversation.on_vad(session, event("pause"))  # the user stopped: it was short
+    assert sent() == ["resume"] and session.utterance == "resumed"
+    conversation.on_vad(session, event("end"))
+    assert sent() == [] and session.utterance is None
+
+
+def test_words_interrupt_only_if_the_user_goes_on(loop):
+    conversation, session, sent = talk(loop, [("What about", -0.5),
+                                              ("What about Spain, tell me", -0.4)])
+    conversation.on_vad(session, event("speech_long"))
+    assert sent() == ["pause"]
+    conversation.on_vad(session, event("speech_long", speech_ms=1000, seconds=1.2))
+    assert sent() == ["stop"]  # already silent: the stop cuts it
+    assert session.utterance == "turn"
+
+
+def test_the_agents_own_voice_resumes_and_later_checks_do_not_pause(loop):
+    conversation, session, sent = talk(loop, [("the capital of France is", -0.3),
+                                              ("a big city on the river", -0.4)])
+    conversation.on_vad(session, event("speech_long"))
+    assert sent() == ["pause", "resume"] and 3 in session.echo_turns
+    conversation.on_vad(session, event("speech_long", speech_ms=1000))
+    assert sent() == []  # echo again, and this reply is known to echo: no pause
+    conversation.on_vad(session, event("end"))
+    assert session.utterance is None
+
+
+def test_the_check_reads_the_last_seconds_only(loop):
+    conversation, session, sent = talk(loop, [("the capital of France is", -0.3)])
+    conversation.on_vad(session, event("speech_long", speech_ms=9000, seconds=12.0))
+    assert conversation.agent.asr.heard == [4 * 16000]
+
+
+def test_the_microphone_stopping_never_leaves_the_reply_paused(loop):
+    conversation, session, sent = talk(loop, [("hmm hmm", -0.8)])
+    conversation.on_vad(session, event("speech_long"))
+    assert sent() == ["pause"]
+    conversation.on_mic_stop(session)
+    assert sent() == ["resume"] and session.utterance is None
