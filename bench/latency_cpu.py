@@ -8,11 +8,11 @@ Writes docs/bench/latency_cpu/latency.{json,md,png}.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 from app.config import ROOT
 from app.launch import cpu_server
-from build.__main__ import main as build_main
 
 
 def main() -> None:
@@ -25,10 +25,12 @@ def main() -> None:
         for s in servers:
             s.wait_healthy()
         primary, anchor = servers
-        build_main(["latency",
-                    "--endpoint", f"primary={primary.base_url},{primary.served_name}",
-                    "--endpoint", f"anchor={anchor.base_url},{anchor.served_name}",
-                    "--out", str(ROOT / "docs" / "bench" / "latency_cpu"), *sys.argv[1:]])
+        # the harness as a user runs it: its command line, not its module's insides
+        subprocess.run([sys.executable, "-m", "build", "latency",
+                        "--endpoint", f"primary={primary.base_url},{primary.served_name}",
+                        "--endpoint", f"anchor={anchor.base_url},{anchor.served_name}",
+                        "--out", str(ROOT / "docs" / "bench" / "latency_cpu"), *sys.argv[1:]],
+                       cwd=ROOT, check=True)
     finally:
         for s in servers:
             s.stop()
