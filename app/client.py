@@ -28,6 +28,16 @@ from app.transport import FRAME_HEADER
 FRAME_MS = 20
 
 
+def app_request(url: str, auth: tuple[str, str] | None,
+                method: str = "GET") -> urllib.request.Request:
+    """A request to one of the app's own routes, with its `--auth` credentials if any."""
+    req = urllib.request.Request(url, method=method)
+    if auth:
+        token = base64.b64encode(":".join(auth).encode()).decode()
+        req.add_header("Authorization", f"Basic {token}")
+    return req
+
+
 def now_ms() -> float:
     """The client's clock (its "browser" time)."""
     return time.perf_counter() * 1000.0
@@ -61,15 +71,9 @@ class VoiceClient:
         self._seq = 0
 
     # --- HTTP routes ---------------------------------------------------------------------
-    def _request(self, path: str, method: str = "GET") -> urllib.request.Request:
-        req = urllib.request.Request(self.base_url + path, method=method)
-        if self.auth:
-            token = base64.b64encode(":".join(self.auth).encode()).decode()
-            req.add_header("Authorization", f"Basic {token}")
-        return req
-
     def _json(self, path: str, method: str = "GET") -> object:
-        with urllib.request.urlopen(self._request(path, method), timeout=30) as resp:
+        req = app_request(self.base_url + path, self.auth, method)
+        with urllib.request.urlopen(req, timeout=30) as resp:
             return json.loads(resp.read())
 
     def export(self) -> list[dict]:

@@ -8,7 +8,6 @@ leaves no orphaned server.
 from __future__ import annotations
 
 import atexit
-import base64
 import os
 import signal
 import socket
@@ -177,11 +176,9 @@ class AppServer:
 
     def request(self, path: str, method: str = "GET") -> urllib.request.Request:
         """A request to the app's route `path`, with the credentials if it has any."""
-        req = urllib.request.Request(self.url + path, method=method)
-        if self.credentials:
-            token = base64.b64encode(":".join(self.credentials).encode()).decode()
-            req.add_header("Authorization", f"Basic {token}")
-        return req
+        from app.client import app_request
+
+        return app_request(self.url + path, self.credentials, method)
 
     def wait_healthy(self, timeout_s: float = 300.0) -> AppServer:
         wait_http(self.request("agent/health"), self.proc, timeout_s,
