@@ -13,12 +13,11 @@ ended. The app then measures and records the turn exactly as for the page
 
 from __future__ import annotations
 
-import base64
 import json
 import time
-import urllib.request
 from dataclasses import dataclass, field
 
+import httpx
 import numpy as np
 
 from app.audio import resample
@@ -26,16 +25,6 @@ from app.session import AUDIO_HEADER
 from app.transport import FRAME_HEADER
 
 FRAME_MS = 20
-
-
-def app_request(url: str, auth: tuple[str, str] | None,
-                method: str = "GET") -> urllib.request.Request:
-    """A request to one of the app's own routes, with its `--auth` credentials if any."""
-    req = urllib.request.Request(url, method=method)
-    if auth:
-        token = base64.b64encode(":".join(auth).encode()).decode()
-        req.add_header("Authorization", f"Basic {token}")
-    return req
 
 
 def now_ms() -> float:
@@ -72,9 +61,9 @@ class VoiceClient:
 
     # --- HTTP routes ---------------------------------------------------------------------
     def _json(self, path: str, method: str = "GET") -> object:
-        req = app_request(self.base_url + path, self.auth, method)
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return json.loads(resp.read())
+        resp = httpx.request(method, self.base_url + path, auth=self.auth, timeout=30)
+        resp.raise_for_status()
+        return resp.json()
 
     def export(self) -> list[dict]:
         """The session's per-turn records, as the app measured them."""

@@ -14,8 +14,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,19 +41,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_http(url: str | urllib.request.Request, proc: subprocess.Popen | None,
-              timeout_s: float, on_exit: Callable[[], str], on_timeout: str,
-              interval_s: float = 1.0) -> None:
+def wait_http(url: str, proc: subprocess.Popen | None, timeout_s: float,
+              on_exit: Callable[[], str], on_timeout: str, interval_s: float = 1.0,
+              auth: tuple[str, str] | None = None) -> None:
     """Poll `url` until it answers 200; fail at once if `proc` exits meanwhile."""
+    import httpx
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"exit code {proc.returncode}: {on_exit()}")
         try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
+            if httpx.get(url, auth=auth, timeout=2).status_code == 200:
+                return
+        except (httpx.HTTPError, OSError):
             pass
         time.sleep(interval_s)
     raise TimeoutError(on_timeout)
@@ -174,17 +173,11 @@ class AppServer:
         user, _, password = self.args[self.args.index("--auth") + 1].partition(":")
         return user, password
 
-    def request(self, path: str, method: str = "GET") -> urllib.request.Request:
-        """A request to the app's route `path`, with the credentials if it has any."""
-        from app.client import app_request
-
-        return app_request(self.url + path, self.credentials, method)
-
     def wait_healthy(self, timeout_s: float = 300.0) -> AppServer:
-        wait_http(self.request("agent/health"), self.proc, timeout_s,
+        wait_http(self.url + "agent/health", self.proc, timeout_s,
                   lambda: "the app exited:\n" + self.log_path.read_text(errors="replace")[-3000:],
                   f"the app is not up after {timeout_s:.0f} s; see {self.log_path}",
-                  interval_s=0.5)
+                  interval_s=0.5, auth=self.credentials)
         return self
 
     def stop(self) -> None:

@@ -28,9 +28,9 @@ import statistics
 import subprocess
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
+import httpx
 import numpy as np
 import soundfile as sf
 
@@ -161,14 +161,12 @@ def browser_times(cdp) -> dict[str, float]:  # noqa: ANN001 - playwright CDPSess
 
 def server_update_cost(url: str) -> dict[str, float]:
     """CPU time the app spent in the page's update loop (newer revisions report it)."""
-    with urllib.request.urlopen(f"{url}agent/health", timeout=10) as resp:
-        health = json.loads(resp.read())
+    health = httpx.get(f"{url}agent/health", timeout=10).json()
     return {k: health[k] for k in ("page_updates", "page_update_cpu_ms") if k in health}
 
 
 def export(url: str, sid: str) -> list[dict]:
-    with urllib.request.urlopen(f"{url}agent/export/{sid}.json", timeout=10) as resp:
-        return json.loads(resp.read())
+    return httpx.get(f"{url}agent/export/{sid}.json", timeout=10).raise_for_status().json()
 
 
 def wer(reference: str, hypothesis: str) -> tuple[int, int]:

@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import pytest
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AuthenticationError
@@ -139,8 +140,7 @@ def test_shared_app_requires_credentials(endpoint, tmp_path):
                 with pytest.raises(urllib.error.HTTPError) as err:
                     urllib.request.urlopen(req, timeout=10)
                 assert err.value.code == 401, (path, auth)
-        with urllib.request.urlopen(app.request("agent/session", "POST"), timeout=10) as r:
-            sid = json.loads(r.read())["sid"]
+        sid = httpx.post(url + "agent/session", auth=app.credentials, timeout=10).json()["sid"]
         assert len(sid) >= 24  # a secret, not a counter
         with pytest.raises(AuthenticationError, match="credentials were not provided"):
             Client(url, verbose=False).predict("hi", api_name="/text_turn")
