@@ -2,8 +2,8 @@
 
 Every route checks who is asking, wherever the request comes from: Gradio's own routes
 by its login (`--auth`), the app's HTTP routes by the same credentials (HTTP Basic), and
-the audio channel and the export by a session id that only the server issues, to a page
-behind the login or to a script with the credentials (app/hub.py)."""
+the audio channel by a session id that only the server issues, to a page behind the login
+or to a script with the credentials (app/hub.py); the export wants both."""
 
 from __future__ import annotations
 
@@ -28,8 +28,9 @@ UNKNOWN_SESSION = "unknown session: reload the page (the app may have restarted)
 
 
 def basic_auth(auth: tuple[str, str] | None) -> Callable[..., None]:
-    """The check of the app's own routes: with `--auth`, HTTP Basic credentials (scripts;
-    the page's routes carry a session id issued behind Gradio's login instead)."""
+    """The check of the app's own HTTP routes: with `--auth`, HTTP Basic credentials (they
+    serve scripts; the page's audio channel carries a session id issued behind Gradio's
+    login instead: a browser's WebSocket sends no Basic credentials)."""
     if auth is None:
         return lambda: None
     scheme = HTTPBasic(realm="voice agent")
@@ -70,7 +71,7 @@ def create_app(agent: Agent, title: str = "Voice agent", notice: str = "") -> Fa
         """A session for a script that talks to the audio channel as the page does."""
         return {"sid": hub.create().sid}
 
-    @app.get("/agent/export/{sid}.{fmt}")
+    @app.get("/agent/export/{sid}.{fmt}", dependencies=[login])
     async def export(sid: str, fmt: str) -> Response:
         """The session's per-turn records, for scripts that re-plot them."""
         session = hub.get(sid)

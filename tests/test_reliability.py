@@ -131,7 +131,9 @@ def test_shared_app_requires_credentials(endpoint, tmp_path):
     try:
         app.wait_healthy()  # with the credentials
         url = app.url  # 127.0.0.1
-        for path, method in (("agent/health", "GET"), ("agent/session", "POST")):
+        routes = (("agent/health", "GET"), ("agent/session", "POST"),
+                  ("agent/export/any.json", "GET"))
+        for path, method in routes:
             for auth in (None, "ann:wrong", "bob:s3cret"):
                 req = urllib.request.Request(url + path, method=method)
                 if auth:
@@ -156,6 +158,8 @@ def test_shared_app_requires_credentials(endpoint, tmp_path):
         # the audio channel serves the issued id (a script's session), and nothing else
         with VoiceClient(url, auth=("ann", "s3cret")) as voice:
             assert voice.sid != sid and voice.export() == []
+        # the export wants the credentials as well as an issued id
+        assert httpx.get(f"{url}agent/export/{sid}.json", timeout=10).status_code == 401
         with pytest.raises(ConnectionError, match="unknown session"):
             VoiceClient(url).open(sid="chosen-by-the-client")
     finally:
