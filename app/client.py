@@ -7,7 +7,7 @@ ended. The app then measures and records the turn exactly as for the page
 
     with VoiceClient("http://127.0.0.1:7860/", auth=("me", "pw")) as client:
         reply = client.say(pcm16k)          # paced like a microphone, then silence
-        print(reply.text_events, reply.first_audio_ms - reply.last_frame_ms)
+        print(reply.events, reply.first_audio_ms - reply.last_frame_ms)
         rows = client.export()
 """
 
@@ -100,14 +100,22 @@ class VoiceClient:
         """Send `audio16k` (float32 in [-1, 1]) as 20 ms frames at the microphone's pace;
         return the client time of the last frame."""
         x = (resample(audio16k.astype(np.float32), 16000, self.rate) * 32767).astype("<i2")
-        n = self.rate * FRAME_MS // 1000
+        n = self._frame_samples
         start, t = now_ms(), now_ms()
         for i in range(0, len(x) - n + 1, n):
             t = start + (i + n) / self.rate * 1000
             time.sleep(max(0.0, (t - now_ms()) / 1000))
-            self._ws.send(FRAME_HEADER.pack(t, self._seq, self.rate) + x[i:i + n].tobytes())
-            self._seq += 1
+            self._send_frame(t, x[i:i + n].tobytes())
         return t
+
+    @property
+    def _frame_samples(self) -> int:
+        return self.rate * FRAME_MS // 1000
+
+    def _send_frame(self, captured_ms: float, pcm: bytes) -> None:
+        """One microphone frame as the page sends it: its capture time, number, rate."""
+        self._ws.send(FRAME_HEADER.pack(captured_ms, self._seq, self.rate) + pcm)
+        self._seq += 1
 
     def say(self, speech16k: np.ndarray, silence_s: float = 1.0,
             timeout_s: float = 90.0) -> Reply:
@@ -117,8 +125,7 @@ class VoiceClient:
         lead = np.zeros(int(0.3 * 16000), np.float32)
         self.stream(np.concatenate([lead, speech16k.astype(np.float32)]))
         reply = Reply(last_frame_ms=now_ms())
-        n = self.rate * FRAME_MS // 1000
-        quiet = np.zeros(n, "<i2").tobytes()
+        quiet = np.zeros(self._frame_samples, "<i2").tobytes()
         deadline = time.monotonic() + timeout_s
         due, frames_left = reply.last_frame_ms + FRAME_MS, int(silence_s * 1000 / FRAME_MS)
         while time.monotonic() < deadline:
@@ -126,8 +133,7 @@ class VoiceClient:
             if self._drain(reply, wait_s=wait_s):
                 return reply
             if frames_left and now_ms() >= due:  # the microphone goes on sending silence
-                self._ws.send(FRAME_HEADER.pack(due, self._seq, self.rate) + quiet)
-                self._seq += 1
+                self._send_frame(due, quiet)
                 due += FRAME_MS
                 frames_left -= 1
         raise TimeoutError(f"no reply within {timeout_s:.0f} s; events: {reply.events[-5:]}")

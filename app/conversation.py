@@ -106,11 +106,8 @@ class Conversation:
         if playing is None:
             return
         pending = session.utterance == "pending"
-        paused = pending
         if not pending and playing.turn_id not in session.echo_turns:
             self._pause(session, playing.turn_id, event.frame_ms)
-            paused = True
-        session.utterance = "checking"
         # the last seconds: the words that decide, at one encoder window's cost however long
         # the agent's echo has been going on
         transcript = self.agent.asr.process(playing.turn_id,
@@ -127,10 +124,9 @@ class Conversation:
         elif said == "echo":
             session.echo_turns.add(playing.turn_id)
             session.utterance = "resumed"
-            if paused:
-                self._resume(session)
+            self._resume(session)  # if it was paused
         else:  # words, a hum or a guess: interrupting only if the user goes on
-            if not paused:
+            if not session.paused_turn:
                 self._pause(session, playing.turn_id, event.frame_ms)
             session.utterance = "pending"
 

@@ -53,7 +53,7 @@ class Session:
     """Recent turns by id, for the player's reports."""
     utterance: str | None = None
     """What the user's current utterance is while the agent speaks: None (undecided),
-    "checking" (its words are being checked), "pending" (the reply is paused: interrupting
+    "pending" (the reply is paused: interrupting
     if the user goes on), "resumed" (let go: echo, or short; later speech is checked again)
     or "turn" (it interrupted: it becomes the next turn). See app/conversation.py."""
     paused_turn: int = 0
