@@ -116,8 +116,11 @@ class Turn:
         self._send(chunk)
 
     def _send(self, chunk: SpeechChunk) -> None:
-        if self.session.send_audio(chunk):
+        if self.session.outbox is not None:
+            # stamped before the bytes go: the page's report of them comes back on the event
+            # loop's thread, which on a busy machine can run before this one does again
             self.stamp("first_sent")
+        self.session.send_audio(chunk)
 
     def _publish_if_ready(self) -> None:
         """Under the session lock: show the turn once it is committed and its words known."""

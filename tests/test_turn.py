@@ -116,3 +116,29 @@ def test_one_owner_fills_every_stage_figure():
     assert m.timeline["audible"] == pytest.approx(950.0, abs=0.2)
     assert list(m.timeline)[:8] == ["asr_start", "asr_end", "committed", "llm_sent",
                                     "first_token", "first_piece", "first_audio", "first_sent"]
+
+
+def test_transport_is_known_when_the_page_answers_before_the_sender_runs_again():
+    """On a busy machine the page's "audible" report (handled on the event loop's thread) can
+    come back before the thread that sent the audio runs again: the send is stamped first."""
+    import asyncio
+    import time
+
+    from app.transport import Outbox
+
+    class AnsweringAtOnce(Outbox):
+        def send_bytes(self, data: bytes) -> None:
+            super().send_bytes(data)
+            turn.on_player(PlayerReport("audible", 1, t_ms=1950.0, received_ms=1930.0))
+
+    loop = asyncio.new_event_loop()
+    try:
+        s = Session("t")
+        s.outbox = AnsweringAtOnce(loop)
+        s.clock.observe(captured_ms=1000.0, arrived=time.perf_counter())
+        turn = speaking_turn(s, "Hello", "Hi there", ["Hi there"])
+        turn.commit()  # the held piece goes out: the report comes back inside the send
+        assert turn.metrics.transport_ms is not None
+        assert turn.metrics.v2v_ms == 950.0
+    finally:
+        loop.close()
