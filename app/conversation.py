@@ -11,8 +11,10 @@ Agent speaking (its reply is playing in the page), an utterance over it:
                                a command ("wait", "stop") interrupts; the agent's own
                                voice resumes the reply; any
                                other words, a hum or a guess wait, paused ("pending")
-    speech_long (pending)      the user went on talking over the paused reply: words or a
-                               command interrupt, echo resumes, a hum or a guess waits on
+    speech_long (pending)      the user went on talking over the paused reply (speech
+                               captured after the page reported it silent, its echo gone):
+                               words or a command interrupt, echo resumes, a hum or a
+                               guess waits on
     pause / end (pending)      the user stopped: it was short (a hum, a remark, the echo
                                that stopped with the reply): the reply resumes
     An interruption stops the reply (the history keeps what was heard) and the utterance
@@ -36,6 +38,9 @@ from app.vad import Endpointer
 log = logging.getLogger(__name__)
 KEEP_TURNS = 20  # recent turns kept for late player reports
 CHECK_SAMPLES = 4 * 16000  # audio an interruption check reads
+ECHO_TAIL_MS = 200
+"""Speech captured this soon after the paused reply went silent may still be its echo: the
+room's delay and reverberation, the browser's output buffer."""
 
 
 class Conversation:
@@ -98,7 +103,17 @@ class Conversation:
             self._resume(session)  # it was short: a hum, a remark, or echo that stopped
             session.utterance = "resumed"  # more speech in this utterance is checked afresh
         elif event.kind == "speech_long":
+            if session.utterance == "pending" and not self._after_silence(session, event):
+                return  # the reply is not silent yet, or this is its echo's tail
             self._check_interruption(session, event)
+
+    @staticmethod
+    def _after_silence(session: Session, event: VadEvent) -> bool:
+        """Whether this speech was captured after the paused reply went silent (the page's
+        report) and its echo died away: only that is the user going on over the pause. On a
+        busy machine the frames of the check's own ASR time come in late, in one burst."""
+        silent = session.paused_silent_ms
+        return silent is not None and event.frame_ms >= silent + ECHO_TAIL_MS
 
     def _check_interruption(self, session: Session, event: VadEvent) -> None:
         """Another barge_in_ms of the user's speech over the agent: let the words decide."""
@@ -131,7 +146,7 @@ class Conversation:
             session.utterance = "pending"
 
     def _pause(self, session: Session, turn_id: int, cause_ms: float) -> None:
-        session.paused_turn = turn_id
+        session.paused_turn, session.paused_silent_ms = turn_id, None
         session.send_event({"type": "pause", "turn": turn_id, "cause_ms": cause_ms})
 
     def _resume(self, session: Session) -> None:
@@ -206,6 +221,8 @@ class Conversation:
     def on_report(self, session: Session, report: PlayerReport) -> None:
         if report.kind in ("done", "stopped") and session.speaking == report.turn_id:
             session.speaking = 0
+        if report.kind == "paused" and report.turn_id == session.paused_turn:
+            session.paused_silent_ms = report.t_ms
         turn = session.turns.get(report.turn_id)
         if turn is not None:
             turn.on_player(report)

@@ -56,10 +56,14 @@ def verdict(heard: str, agent_text: str, score: float = 0.0) -> str:
     from app.asr import MAX_COMPRESSION, compression_ratio
 
     w = words(heard)
-    if not w or compression_ratio(heard) > MAX_COMPRESSION or loops(w):
-        return "noise"  # nothing, or Whisper looping ("Stay warm. Stay warm. ...")
+    if not w:
+        return "noise"
     letters = "".join(w)
     echo = echo_similarity(letters, "".join(words(agent_text))) >= ECHO_SIMILARITY
+    if compression_ratio(heard) > MAX_COMPRESSION or loops(w):
+        # Whisper looping on a sound ("Stay warm. Stay warm. ..."), or a reply that repeats
+        # itself ("stay healthy, staying warm, stay safe") heard back
+        return "echo" if echo else "noise"
     if any(x in COMMANDS for x in w) and not echo:
         return "command"  # read even when unsure: "wait stop" came back at -1.24
     if score < MIN_SCORE:

@@ -58,6 +58,8 @@ class Session:
     or "turn" (it interrupted: it becomes the next turn). See app/conversation.py."""
     paused_turn: int = 0
     """Turn whose reply the page holds paused for the user's speech (0: none)."""
+    paused_silent_ms: float | None = None
+    """Browser time at which that pause went silent (the page's report; None until then)."""
     echo_turns: set[int] = field(default_factory=set, repr=False)
     """Replies whose own voice came back as speech: later checks do not pause them."""
 
@@ -82,16 +84,15 @@ class Session:
         return self  # live state (locks, queues, threads) is shared, never copied
 
     # --- the page's audio channel --------------------------------------------------------
-    def send_audio(self, chunk: SpeechChunk) -> bool:
-        """Reply audio to the page's player; False when no page listens."""
+    def send_audio(self, chunk: SpeechChunk) -> None:
+        """Reply audio to the page's player (nothing when no page listens)."""
         outbox = self.outbox
         if outbox is None:
-            return False
+            return
         self.speaking = chunk.turn_id
         pcm = chunk.pcm.astype("<i2").tobytes()
         outbox.send_bytes(AUDIO_HEADER.pack(chunk.turn_id, chunk.index, chunk.sample_rate, 0)
                           + pcm)
-        return True
 
     def send_event(self, event: dict) -> None:
         if self.outbox is not None:

@@ -14,9 +14,11 @@ import pytest
 
 from app.config import AppConfig, Endpoint
 from app.conversation import Conversation
-from app.messages import Transcript, VadEvent
+from app.messages import PlayerReport, Transcript, VadEvent
+from app.metrics import TurnMetrics
 from app.session import Session
 from app.transport import Outbox
+from app.turn import Turn
 
 REPLY = "The capital of France is Paris. It is a big city on the river Seine."
 
@@ -51,7 +53,7 @@ def talk(loop, script: list[tuple[str, float]]):  # noqa: ANN001, ANN201
     session = Session("s")
     session.outbox = Outbox(loop)
     session.speaking = 3
-    session.turns[3] = SimpleNamespace(turn_id=3, pieces={0: REPLY})
+    session.turns[3] = Turn(session, TurnMetrics(3, "primary"), pieces={0: REPLY})
 
     def sent() -> list[str]:
         loop.run_until_complete(asyncio.sleep(0))  # the Outbox hands over on its loop
@@ -64,8 +66,10 @@ def talk(loop, script: list[tuple[str, float]]):  # noqa: ANN001, ANN201
     return conversation, session, sent
 
 
-def event(kind: str, speech_ms: float = 500, seconds: float = 0.6) -> VadEvent:
-    return VadEvent(kind, 1000.0, np.zeros(int(16000 * seconds), np.float32), speech_ms, 1000.0)
+def event(kind: str, speech_ms: float = 500, seconds: float = 0.6,
+          frame_ms: float = 1000.0) -> VadEvent:
+    return VadEvent(kind, 1000.0, np.zeros(int(16000 * seconds), np.float32), speech_ms,
+                    frame_ms)
 
 
 def test_a_command_stops_the_reply_at_the_first_check(loop):
@@ -92,9 +96,27 @@ def test_words_interrupt_only_if_the_user_goes_on(loop):
                                               ("What about Spain, tell me", -0.4)])
     conversation.on_vad(session, event("speech_long"))
     assert sent() == ["pause"]
-    conversation.on_vad(session, event("speech_long", speech_ms=1000, seconds=1.2))
+    conversation.on_report(session, PlayerReport("paused", 3, t_ms=1010.0))
+    conversation.on_vad(session, event("speech_long", speech_ms=1000, seconds=1.2,
+                                       frame_ms=1500.0))
     assert sent() == ["stop"]  # already silent: the stop cuts it
     assert session.utterance == "turn"
+
+
+def test_only_speech_after_the_reply_went_silent_goes_on(loop):
+    """The frames of the check's own ASR time come in late, in one burst, and the reply's
+    echo lasts until the page is silent: none of that is the user going on."""
+    conversation, session, sent = talk(loop, [("the weather is", -0.5),
+                                              ("What about Spain, tell me", -0.4)])
+    conversation.on_vad(session, event("speech_long"))
+    assert sent() == ["pause"] and session.utterance == "pending"
+    conversation.on_vad(session, event("speech_long", speech_ms=1000, frame_ms=1400.0))
+    assert sent() == [] and session.utterance == "pending"  # the page has not said "silent"
+    conversation.on_report(session, PlayerReport("paused", 3, t_ms=1300.0))
+    conversation.on_vad(session, event("speech_long", speech_ms=1500, frame_ms=1450.0))
+    assert sent() == [] and len(conversation.agent.asr.script) == 1  # the echo's tail
+    conversation.on_vad(session, event("speech_long", speech_ms=2000, frame_ms=1900.0))
+    assert sent() == ["stop"] and session.utterance == "turn"
 
 
 def test_the_agents_own_voice_resumes_and_later_checks_do_not_pause(loop):

@@ -56,3 +56,10 @@ def test_echo_is_matched_on_letters_not_words():
     assert verdict("Tell me about dogs", REPLY, score=-1.07) == "words"
     assert verdict("and may Chen", REPLY, score=-1.30) == "noise"
     assert verdict("Stay warm. Stay warm. Stay warm. Stay warm. Stay", REPLY) == "noise"
+
+
+def test_a_reply_that_repeats_itself_heard_back_is_echo():
+    # the CI run's reply; a loop is Whisper's on a sound, unless the agent said it so
+    said = "Stay warm: stay warm, stay healthy, staying warm, stay safe."
+    assert verdict("stay warm, stay healthy, stay warm, stay warm", said) == "echo"
+    assert verdict("Stay warm. Stay warm. Stay warm. Stay warm. Stay", REPLY) == "noise"
