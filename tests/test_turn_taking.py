@@ -14,8 +14,8 @@ from __future__ import annotations
 import base64
 import json
 import time
-import urllib.request
 
+import httpx
 import numpy as np
 import pytest
 import soundfile as sf
@@ -113,7 +113,7 @@ def wait_for(page, pred, timeout_s: float = 60.0) -> list[dict]:  # noqa: ANN001
         if pred(entries):
             return entries
         time.sleep(0.1)
-    raise AssertionError(f"timed out; player log: {log(page)[-8:]}; checks: {checks()[-6:]}")
+    raise AssertionError("timed out\n" + failed([], page))
 
 
 def reports(entries: list[dict], kind: str) -> list[dict]:
@@ -131,8 +131,17 @@ def page(tt_url):
         browser.close()
 
 
+def quiet(entries: list[dict]) -> bool:
+    """Every reply that became audible has played out or been stopped."""
+    over = {x["turn"] for x in entries if x["type"] in ("done", "stopped")}
+    return all(x["turn"] in over for x in reports(entries, "audible"))
+
+
 def ask_and_wait_audible(page, clips) -> int:  # noqa: ANN001
-    """Say the question; return the turn id of the reply once it is audible."""
+    """Once the agent is silent (as a person would wait), say the question; return the turn
+    id of the reply once it is audible. A run that went wrong (the echo taken for a question)
+    does not spill into the next."""
+    wait_for(page, quiet)
     before = len(reports(log(page), "audible"))
     say(page, clips["question"])
     entries = wait_for(page, lambda e: len(reports(e, "audible")) > before)
@@ -148,11 +157,21 @@ def finished(page, turn: int, timeout_s: float = 60.0) -> str:  # noqa: ANN001
 
 
 def checks(since: int = 0) -> list[str]:
-    """The app's log of its interruption checks (what ASR heard, the verdict), for a failure
-    message: CI shows only the test output."""
+    """The app's log of its interruption checks (what ASR heard, the verdict) and of the
+    turns it started, for a failure message: CI shows only the test output."""
     lines = LOG.read_text(errors="replace").splitlines()[since:] if LOG.exists() else []
-    return [line.split("app.conversation: ", 1)[-1][:150] for line in lines
+    return [line.split("app.conversation: ", 1)[-1][:300] for line in lines
             if "speech over turn" in line]
+
+
+def failed(outcomes: list[bool], page=None, since: int = 0, **extra: object) -> str:  # noqa: ANN001
+    """A failure message in full (pytest shortens a non-string one): the outcomes, the
+    app's checks, the player's last reports."""
+    lines = [f"outcomes: {outcomes}", *(f"{k}: {v}" for k, v in extra.items()),
+             "the app's interruption checks:", *checks(since)]
+    if page is not None:
+        lines += ["the player's last reports:", *map(str, log(page)[-30:])]
+    return "\n".join(lines)
 
 
 def log_lines() -> int:
@@ -173,7 +192,7 @@ def test_own_voice_through_the_speakers_does_not_interrupt(page, clips):
         outcomes.append(finished(page, turn) == "done")
         time.sleep(0.8)
     record("echo: the agent's reply fed back into the microphone", outcomes)
-    assert sum(outcomes) >= NEEDED, (outcomes, checks(since))
+    assert sum(outcomes) >= NEEDED, failed(outcomes, page, since)
     # the echo did not become turns of its own: every user message is the question
     users = page.evaluate("() => [...document.querySelectorAll('#va-chat .message-row.user-row')]"
                           ".map(e => e.innerText)")
@@ -205,7 +224,7 @@ def test_a_real_interruption_stops_the_reply_fast_and_cuts_history(page, clips):
     record("interruption (\"Wait, stop! ...\") during the reply", outcomes,
            interrupt_to_silence_ms={"p50": percentile(silences, 50),
                                     "p90": percentile(silences, 90), "all": silences})
-    assert sum(outcomes) >= NEEDED, (outcomes, silences, checks(since))
+    assert sum(outcomes) >= NEEDED, failed(outcomes, page, since, silences=silences)
     assert chat.count("[interrupted]") >= NEEDED and "dogs" in chat.lower()
 
 
@@ -220,7 +239,7 @@ def test_a_cough_or_mhm_does_not_cancel_the_reply(page, clips, noise):
         outcomes.append(finished(page, turn) == "done")
         time.sleep(0.8)
     record(f"{noise} during the reply", outcomes)
-    assert sum(outcomes) >= NEEDED, (outcomes, checks(since))
+    assert sum(outcomes) >= NEEDED, failed(outcomes, page, since)
     assert page.inner_text("#va-chat").count("[interrupted]") <= RUNS - NEEDED
 
 
@@ -255,9 +274,7 @@ def test_mandarin_with_a_mandarin_capable_setting_gets_a_mandarin_reply(zh_url, 
                 say(page, clips["zh"])
                 entries = wait_for(page, lambda e: len(reports(e, "done")) > 0)
                 turn = reports(entries, "done")[-1]["turn"]
-                with urllib.request.urlopen(f"{zh_url}agent/export/{sid}.json",
-                                            timeout=10) as resp:
-                    rows = json.loads(resp.read())
+                rows = httpx.get(f"{zh_url}agent/export/{sid}.json", timeout=10).json()
                 row = next(r for r in rows if r["turn_id"] == turn and r["endpoint"] == "primary")
                 reply = page.evaluate("() => [...document.querySelectorAll("
                                       "'#va-chat .message-row.bot-row')].map(e => e.innerText)"
