@@ -69,7 +69,8 @@ def fidelity(args: argparse.Namespace) -> None:
 
 
 BUILD_PYTHON = ROOT / ".venv-build" / "bin" / "python"
-SUBCOMMANDS = {"latency", "fidelity", "inspect", "dry-run", "tiny", "bundle", "quantize"}
+SUBCOMMANDS = {"latency", "fidelity", "inspect", "dry-run", "tiny", "wide", "bundle",
+               "quantize"}
 
 
 BUILD_ENV = ROOT / ".venv-build"
@@ -145,6 +146,12 @@ def tiny_cmd(args: argparse.Namespace) -> None:
     print(build(args.out, seed=args.seed))
 
 
+def wide_cmd(args: argparse.Namespace) -> None:
+    from build.wide import build
+
+    print(build(args.out, layers=args.layers, seed=args.seed))
+
+
 def bundle_cmd(args: argparse.Namespace) -> None:
     from build.bundle import main as bundle_main
 
@@ -208,6 +215,11 @@ def main(argv: list[str] | None = None) -> None:
     ti.add_argument("--out", type=Path, required=True)
     ti.add_argument("--seed", type=int, default=0)
     ti.set_defaults(func=tiny_cmd, needs_build_env="torch")
+    wi = sub.add_parser("wide", help="Qwen3.6 at full width, a few layers, random weights")
+    wi.add_argument("--out", type=Path, required=True)
+    wi.add_argument("--layers", type=int, default=4)
+    wi.add_argument("--seed", type=int, default=0)
+    wi.set_defaults(func=wide_cmd, needs_build_env="torch")
     bu = sub.add_parser("bundle", help="offline vLLM bundle (pack / unpack)", add_help=False)
     bu.add_argument("rest", nargs=argparse.REMAINDER)
     bu.set_defaults(func=bundle_cmd)

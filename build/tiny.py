@@ -117,29 +117,46 @@ def _mtp_tensors(text_config, seed: int) -> dict:
 
 def build(out: Path, seed: int = 0) -> Path:
     """Write the tiny model (bf16 safetensors + MTP shard + index), tokenizer, configs."""
+    out.mkdir(parents=True, exist_ok=True)
+    specials = train_tokenizer(out)
+    vocab = max(specials.values()) + 1
+    vocab = (vocab + 127) // 128 * 128  # padded like the real vocabulary (248320)
+    return write_model(out, tiny_config(vocab, specials), specials["<|im_end|>"],
+                       specials["<|endoftext|>"], seed=seed, shard_size="200MB")
+
+
+def write_model(out: Path, cfg_dict: dict, im_end: int, endoftext: int, seed: int = 0,
+                shard_size: str = "200MB", init_bf16: bool = False) -> Path:
+    """Random bf16 weights for `cfg_dict` (a Qwen3.5-MoE config.json) beside the tokenizer
+    already in `out`: safetensors shards, the `mtp.*` shard, the index, generation and
+    processor configs, as the Hub checkpoints have them. `init_bf16`: draw the weights in
+    bf16 (at full width a float32 model would not fit in RAM; the tiny one keeps its
+    float32 draw, so its weights stay what the tests have always used)."""
     import torch
     from safetensors.torch import save_file
     from transformers import AutoConfig, Qwen3_5MoeForConditionalGeneration
 
     from build.dryrun import processor_configs
 
-    out.mkdir(parents=True, exist_ok=True)
-    specials = train_tokenizer(out)
-    vocab = max(specials.values()) + 1
-    vocab = (vocab + 127) // 128 * 128  # padded like the real vocabulary (248320)
-    cfg_dict = tiny_config(vocab, specials)
     (out / "config.json").write_text(json.dumps(cfg_dict, indent=1))
     config = AutoConfig.from_pretrained(out)
     torch.manual_seed(seed)
-    model = Qwen3_5MoeForConditionalGeneration(config).to(torch.bfloat16)
+    default = torch.get_default_dtype()
+    if init_bf16:
+        torch.set_default_dtype(torch.bfloat16)
+    try:
+        model = Qwen3_5MoeForConditionalGeneration(config).to(torch.bfloat16)
+        mtp = _mtp_tensors(config.text_config, seed + 1)
+    finally:
+        torch.set_default_dtype(default)
     with torch.no_grad():  # visible routing: untrained norms / gates at zero route nothing
         for name, p in model.named_parameters():
             if p.dim() >= 2 and ("mlp.gate" in name or "experts" in name):
                 p.normal_(0, 0.05)
-    model.save_pretrained(out, max_shard_size="200MB")
+    model.save_pretrained(out, max_shard_size=shard_size)
+    del model
     # save_pretrained rewrote config.json; the base checkpoint keeps the upstream form
     (out / "config.json").write_text(json.dumps(cfg_dict, indent=1))
-    mtp = _mtp_tensors(config.text_config, seed + 1)
     save_file(mtp, str(out / "model-mtp.safetensors"), metadata={"format": "pt"})
     index_path = out / "model.safetensors.index.json"
     if index_path.exists():
@@ -152,8 +169,8 @@ def build(out: Path, seed: int = 0) -> Path:
     index["weight_map"].update({k: "model-mtp.safetensors" for k in mtp})
     index_path.write_text(json.dumps(index, indent=1))
     (out / "generation_config.json").write_text(json.dumps(
-        {"eos_token_id": [specials["<|im_end|>"], specials["<|endoftext|>"]],
-         "pad_token_id": specials["<|endoftext|>"], "do_sample": False}, indent=1))
+        {"eos_token_id": [im_end, endoftext], "pad_token_id": endoftext, "do_sample": False},
+        indent=1))
     for name, cfg in processor_configs(cfg_dict).items():
         (out / name).write_text(json.dumps(cfg, indent=1))
     return out
