@@ -5,7 +5,7 @@ Agent silent:
     pause          a turn starts speculatively with the utterance so far
     resume         the speculation is dropped
     end            the speculation is committed (or a turn starts, speculation off)
-Agent speaking (its reply is playing in the page), an utterance over it:
+Agent speaking (its reply is playing in the page), an utterance over it ("over"):
     shorter than barge_in_ms   a cough or an "mhm": nothing happens, the reply goes on
     speech_long (first)        the player pauses (silence first) and ASR checks the words:
                                a command ("wait", "stop") interrupts; the agent's own
@@ -17,6 +17,9 @@ Agent speaking (its reply is playing in the page), an utterance over it:
                                guess waits on
     pause / end (pending)      the user stopped: it was short (a hum, a remark, the echo
                                that stopped with the reply): the reply resumes
+    end, the reply over        the reply played out during the utterance: a turn only if
+                               the user spoke on after its last sample (its echo gone) and
+                               the words are not the reply's echo or no words
     An interruption stops the reply (the history keeps what was heard) and the utterance
     becomes the next turn. After one echo verdict in a reply, its later first checks run
     without pausing it (the pause comes only if the words are not the echo again).
@@ -73,7 +76,8 @@ class Conversation:
         with session.lock:
             current = session.current
         speaking = session.speaking != 0
-        if session.utterance in ("pending", "resumed") or (speaking and session.utterance is None):
+        if session.utterance in ("over", "pending", "resumed") \
+                or (speaking and session.utterance is None):
             # speech over the agent: nothing but an interruption may come of it
             self._over_agent(session, event)
             return
@@ -95,9 +99,14 @@ class Conversation:
                 turn.commit()
 
     def _over_agent(self, session: Session, event: VadEvent) -> None:
-        if event.kind == "end":
+        if event.kind == "speech_start":
+            if session.utterance is None:
+                session.utterance, session.utterance_over = "over", session.speaking
+        elif event.kind == "end":
             if session.utterance == "pending":
                 self._resume(session)
+            elif session.utterance in ("over", "resumed") and not session.speaking:
+                self._after_the_reply(session, event)
             session.utterance = None
         elif event.kind == "pause" and session.utterance == "pending":
             self._resume(session)  # it was short: a hum, a remark, or echo that stopped
@@ -106,6 +115,26 @@ class Conversation:
             if session.utterance == "pending" and not self._after_silence(session, event):
                 return  # the reply is not silent yet, or this is its echo's tail
             self._check_interruption(session, event)
+
+    def _after_the_reply(self, session: Session, event: VadEvent) -> None:
+        """The reply ended while this utterance, begun over it, went on. It is the user's
+        turn if they spoke after the reply's last sample (its echo gone) and the words are
+        neither the reply's own nor no words at all. Without this, the echo of a reply's
+        last words became a turn the agent answered (the browser test's log)."""
+        ended = session.reply_ended_ms
+        if ended is None or event.last_voiced_ms < ended + ECHO_TAIL_MS:
+            return  # all of it under the reply: its echo, or a remark the reply covered
+        reply = session.turns.get(session.utterance_over)
+        spoken = " ".join(reply.pieces.values()) if reply is not None else ""
+        transcript = self.agent.asr.process(session.utterance_over,
+                                            event.audio[-CHECK_SAMPLES:])
+        said = verdict(transcript.text, spoken, transcript.score)
+        log.info("speech going on after turn %s ended: %r (score %.2f) -> %s",
+                 session.utterance_over, transcript.text, transcript.score, said)
+        if said not in ("echo", "noise"):
+            turn = self.start(session, "voice", audio=event.audio,
+                              last_voiced_ms=event.last_voiced_ms)
+            turn.commit()
 
     @staticmethod
     def _after_silence(session: Session, event: VadEvent) -> bool:
@@ -221,6 +250,8 @@ class Conversation:
     def on_report(self, session: Session, report: PlayerReport) -> None:
         if report.kind in ("done", "stopped") and session.speaking == report.turn_id:
             session.speaking = 0
+        if report.kind == "done":
+            session.reply_ended_ms = report.t_ms
         if report.kind == "paused" and report.turn_id == session.paused_turn:
             session.paused_silent_ms = report.t_ms
         turn = session.turns.get(report.turn_id)

@@ -52,10 +52,15 @@ class Session:
     turns: dict[int, Turn] = field(default_factory=dict, repr=False)
     """Recent turns by id, for the player's reports."""
     utterance: str | None = None
-    """What the user's current utterance is while the agent speaks: None (undecided),
-    "pending" (the reply is paused: interrupting
-    if the user goes on), "resumed" (let go: echo, or short; later speech is checked again)
-    or "turn" (it interrupted: it becomes the next turn). See app/conversation.py."""
+    """What the user's current utterance is while the agent speaks: None (none, or begun
+    while the agent was silent), "over" (begun over the reply, undecided), "pending" (the
+    reply is paused: interrupting if the user goes on), "resumed" (let go: echo, or short;
+    later speech is checked again) or "turn" (it interrupted: it becomes the next turn).
+    See app/conversation.py."""
+    utterance_over: int = 0
+    """The reply the current utterance began over."""
+    reply_ended_ms: float | None = None
+    """Browser time at which the last reply played out (the page's "done")."""
     paused_turn: int = 0
     """Turn whose reply the page holds paused for the user's speech (0: none)."""
     paused_silent_ms: float | None = None

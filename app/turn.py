@@ -13,6 +13,7 @@ the stamps in one place.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from dataclasses import dataclass, field
 from app.messages import PlayerReport, SpeechChunk
 from app.metrics import TurnMetrics, fill_timeline
 from app.session import Session
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -129,6 +132,8 @@ class Turn:
                 or self.cancel.is_set():
             return
         self._published = True
+        log.info("turn %s (%s): the user said %r", self.turn_id, self.metrics.source,
+                 self.user_text[:200])
         self._user_msg = {"role": "user", "content": self.user_text}
         self._reply_msg = {"role": "assistant", "content": self.reply}
         self._chat_reply = {"role": "assistant", "content": self.reply}

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -36,6 +35,23 @@ class ScriptedAsr:
         return Transcript(turn_id, text, "en", 0.0, 0.0, score)
 
 
+class ScriptedAgent:
+    """The agent's side of a turn, recorded instead of run (no model, no TTS): which turns
+    the conversation started, with what audio."""
+
+    def __init__(self, asr: ScriptedAsr) -> None:
+        self.asr = asr
+        self.cfg = AppConfig(primary=Endpoint("primary", "http://127.0.0.1:9/v1", "m"))
+        self.ran: list[tuple[int, int]] = []
+
+    def new_turn(self, session: Session, source: str, last_voiced_ms=None) -> Turn:  # noqa: ANN001
+        return Turn(session, TurnMetrics(session.new_turn_id(), "primary", source=source),
+                    last_voiced_ms)
+
+    def run_turn(self, turn: Turn, audio=None, text: str = "") -> None:  # noqa: ANN001
+        self.ran.append((turn.turn_id, 0 if audio is None else len(audio)))
+
+
 @pytest.fixture
 def loop():
     loop = asyncio.new_event_loop()
@@ -46,9 +62,7 @@ def loop():
 def talk(loop, script: list[tuple[str, float]]):  # noqa: ANN001, ANN201
     """A session whose reply (turn 3) is playing, a conversation with the scripted ASR, and
     a function returning the player commands sent since it was last called."""
-    asr = ScriptedAsr(script)
-    cfg = AppConfig(primary=Endpoint("primary", "http://127.0.0.1:9/v1", "m"))  # never called
-    agent = SimpleNamespace(asr=asr, cfg=cfg)
+    agent = ScriptedAgent(ScriptedAsr(script))
     conversation = Conversation(agent)  # type: ignore[arg-type]
     session = Session("s")
     session.outbox = Outbox(loop)
@@ -67,9 +81,9 @@ def talk(loop, script: list[tuple[str, float]]):  # noqa: ANN001, ANN201
 
 
 def event(kind: str, speech_ms: float = 500, seconds: float = 0.6,
-          frame_ms: float = 1000.0) -> VadEvent:
-    return VadEvent(kind, 1000.0, np.zeros(int(16000 * seconds), np.float32), speech_ms,
-                    frame_ms)
+          frame_ms: float = 1000.0, last_voiced_ms: float = 1000.0) -> VadEvent:
+    return VadEvent(kind, last_voiced_ms, np.zeros(int(16000 * seconds), np.float32),
+                    speech_ms, frame_ms)
 
 
 def test_a_command_stops_the_reply_at_the_first_check(loop):
@@ -142,3 +156,37 @@ def test_the_microphone_stopping_never_leaves_the_reply_paused(loop):
     assert sent() == ["pause"]
     conversation.on_mic_stop(session)
     assert sent() == ["resume"] and session.utterance is None
+
+
+def test_the_echo_of_a_replys_last_words_is_not_a_turn(loop):
+    """The reply plays out while its echo is still coming in: the utterance ends, nothing
+    was said after the last sample, so no turn (the agent answered its own echo before)."""
+    conversation, session, sent = talk(loop, [])
+    session.next_turn = 4
+    conversation.on_vad(session, event("speech_start", frame_ms=1800.0))
+    assert session.utterance == "over"
+    conversation.on_report(session, PlayerReport("done", 3, t_ms=2000.0, heard=(1.0,)))
+    assert session.speaking == 0 and session.reply_ended_ms == 2000.0
+    conversation.on_vad(session, event("pause", last_voiced_ms=2060.0))
+    conversation.on_vad(session, event("end", last_voiced_ms=2060.0))
+    assert conversation.agent.ran == [] and session.utterance is None
+    assert sent() == []
+
+
+def test_the_user_going_on_after_the_reply_ended_gets_a_turn(loop):
+    conversation, session, sent = talk(loop, [("and what about Spain", -0.4)])
+    session.next_turn = 4
+    conversation.on_vad(session, event("speech_start", frame_ms=1800.0))
+    conversation.on_report(session, PlayerReport("done", 3, t_ms=2000.0, heard=(1.0,)))
+    conversation.on_vad(session, event("end", seconds=1.5, last_voiced_ms=3100.0))
+    session.turns[4].thread.join(5)
+    assert conversation.agent.ran == [(4, 24000)] and session.turns[4].committed
+
+
+def test_an_echo_going_on_after_the_reply_is_still_no_turn(loop):
+    conversation, session, sent = talk(loop, [("a big city on the river Seine", -0.3)])
+    session.next_turn = 4
+    conversation.on_vad(session, event("speech_start", frame_ms=1800.0))
+    conversation.on_report(session, PlayerReport("done", 3, t_ms=2000.0, heard=(1.0,)))
+    conversation.on_vad(session, event("end", last_voiced_ms=2400.0))  # a long room echo
+    assert conversation.agent.ran == [] and conversation.agent.asr.script == []

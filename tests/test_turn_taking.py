@@ -160,8 +160,8 @@ def checks(since: int = 0) -> list[str]:
     """The app's log of its interruption checks (what ASR heard, the verdict) and of the
     turns it started, for a failure message: CI shows only the test output."""
     lines = LOG.read_text(errors="replace").splitlines()[since:] if LOG.exists() else []
-    return [line.split("app.conversation: ", 1)[-1][:300] for line in lines
-            if "speech over turn" in line]
+    return [line[11:23] + " " + line.split(": ", 1)[-1][:300] for line in lines
+            if " app.conversation: " in line or " app.turn: " in line]
 
 
 def failed(outcomes: list[bool], page=None, since: int = 0, **extra: object) -> str:  # noqa: ANN001
