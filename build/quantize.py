@@ -281,10 +281,23 @@ def run(opts: Options) -> Path:
     return out
 
 
+def text_dataset(texts: list[str]):
+    """The calibration texts as a `datasets.Dataset` whose fingerprint is their SHA-256.
+    Left to itself, datasets fingerprints a new table by pickling it with dill, which fails
+    under Python 3.12 with pyarrow 26 ("Can't pickle <class 'MonthDayNano'>": found on the
+    H200 host, where the build first ran on Python 3.12)."""
+    import hashlib
+
+    from datasets import Dataset
+    from datasets.table import InMemoryTable
+
+    digest = hashlib.sha256("\0".join(texts).encode()).hexdigest()[:16]
+    return Dataset(InMemoryTable.from_pydict({"text": texts}), fingerprint=digest)
+
+
 def _build(opts: Options, base: Path, base_config: dict, layout: layouts.Layout, tmp: Path,
            stages: Stages) -> dict:
     import torch
-    from datasets import Dataset
     from llmcompressor import oneshot
     from llmcompressor.modeling.moe.linearize import load_quantizable_moe
     from transformers import AutoTokenizer, Qwen3_5MoeForConditionalGeneration
@@ -305,7 +318,7 @@ def _build(opts: Options, base: Path, base_config: dict, layout: layouts.Layout,
         model = Qwen3_5MoeForConditionalGeneration.from_pretrained(base, dtype=torch.bfloat16)
     stages.done("load model")
     stages("GPTQ")
-    ds = Dataset.from_list([{"text": s.text} for s in samples])
+    ds = text_dataset([s.text for s in samples])
     oneshot(model=model, processor=tok, dataset=ds, recipe=recipe(layout),
             max_seq_length=opts.seq_len, num_calibration_samples=len(samples),
             moe_calibrate_all_experts=True, sequential_offload_device=opts.offload_device)
