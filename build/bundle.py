@@ -86,21 +86,31 @@ def _download(spec: str, dest: Path, python: str) -> Path:
 
 
 def resolve(root: Path, have: set[str], dest: Path, python: str) -> list[Path]:
-    """Every wheel `root` needs that the host lacks, by walking Requires-Dist."""
+    """Every wheel `root` needs that the host lacks, by walking Requires-Dist. A package met
+    again with extras it was not yet walked for has those extras' requirements walked too
+    (vLLM 0.24 reaches pydantic-extra-types plain first and later as
+    `pydantic-extra-types[pycountry]`, through mistral_common: without pycountry, serving
+    with the vision tower failed on the H200)."""
     skip = {_canon(n) for n in NOT_CARRIED} | have
-    queue = [(r, ()) for r in _requirements(root) if _wanted(r, (), python)]
-    seen, wheels = set(), []
+    queue = [r for r in _requirements(root) if _wanted(r, (), python)]
+    walked: dict[str, tuple[Path, set[str]]] = {}
     while queue:
-        req, _ = queue.pop(0)
+        req = queue.pop(0)
         name = _canon(req.name)
-        if name in skip or name in seen:
+        if name in skip:
             continue
-        seen.add(name)
-        whl = _download(f"{req.name}{OVERRIDES.get(name, req.specifier)}", dest, python)
-        wheels.append(whl)
-        queue += [(r, tuple(req.extras)) for r in _requirements(whl)
-                  if _wanted(r, req.extras, python)]
-    return wheels
+        if name in walked:
+            whl, extras = walked[name]
+            new = set(req.extras) - extras
+            if not new:
+                continue
+            extras |= new
+        else:
+            whl = _download(f"{req.name}{OVERRIDES.get(name, req.specifier)}", dest, python)
+            walked[name] = whl, set(req.extras)
+            new = set(req.extras)
+        queue += [r for r in _requirements(whl) if _wanted(r, tuple(new), python)]
+    return [whl for whl, _ in walked.values()]
 
 
 def write_parts(blob: Path, out: Path, part_mib: int, info: dict) -> None:

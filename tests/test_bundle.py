@@ -9,16 +9,17 @@ import zipfile
 
 import pytest
 
-from build.bundle import write_parts
+from build.bundle import resolve, write_parts
 from tests.conftest import ROOT
 
 
-def make_wheel(path) -> None:  # noqa: ANN001
+def make_wheel(path, name: str = "tinydep", requires: tuple[str, ...] = ()) -> None:  # noqa: ANN001
     """A minimal real wheel: one module, dist-info with METADATA, WHEEL and RECORD."""
     with zipfile.ZipFile(path, "w") as z:
-        z.writestr("tinydep/__init__.py", "VALUE = 42\n")
-        info = "tinydep-1.0.dist-info"
-        z.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: tinydep\nVersion: 1.0\n")
+        z.writestr(f"{name}/__init__.py", "VALUE = 42\n")
+        info = f"{name}-1.0.dist-info"
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n" +
+                   "".join(f"Requires-Dist: {r}\n" for r in requires))
         z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\n"
                    "Root-Is-Purelib: true\nTag: py3-none-any\n")
         z.writestr(f"{info}/RECORD", "")
@@ -74,3 +75,23 @@ def test_missing_or_corrupt_part_is_named(bundle, tmp_path):
     proc = unpack(bundle, tmp_path / "b")
     assert proc.returncode != 0 and f"{part.name} missing" in proc.stderr
     assert not (tmp_path / "b").exists()
+
+
+def test_a_package_met_again_with_an_extra_brings_that_extras_needs(tmp_path, monkeypatch):
+    """vLLM reaches pydantic-extra-types plain, then as [pycountry] through mistral_common:
+    pycountry must come along (it did not, and the vision tower failed to load on the H200).
+    Real pip, from a local folder of wheels."""
+    index = tmp_path / "index"
+    index.mkdir()
+    wheels = {"rootpkg": ("plainuser", "extrauser", "hostpkg"),
+              "plainuser": ("extratypes",), "extrauser": ("extratypes[country]",),
+              "extratypes": ('country; extra == "country"',), "country": (),
+              "hostpkg": ()}
+    for name, requires in wheels.items():
+        make_wheel(index / f"{name}-1.0-py3-none-any.whl", name, requires)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    got = resolve(index / "rootpkg-1.0-py3-none-any.whl", {"hostpkg"}, tmp_path / "dest",
+                  "3.12")
+    assert sorted(w.name.split("-")[0] for w in got) == [
+        "country", "extratypes", "extrauser", "plainuser"]
