@@ -1,4 +1,4 @@
-"""Several dry-run layouts served side by side on one GPU, measured by the card's harness.
+"""Several layouts served side by side on one GPU, measured by the card's harness.
 
     python -m bench.h200 --out OUT \
         --server lowlat=lowlat --server anchor=experts-only \
@@ -12,6 +12,10 @@ start at once on one GPU without their memory profiling seeing each other. Then
 so layouts and levers are compared within one run. `--profile NAME` takes a torch-profiler
 trace of one server over a few turns and writes its kernels per decode step
 (`bench/trace_summary.py`). Replies are random text (dummy weights): only time is measured.
+
+A LAYOUT that is a checkpoint directory (`python -m build`'s output) is served with its own
+weights and the card's flags: `--server lowlat=/root/out/lowlat`. Servers are text only
+(`--language-model-only`) unless named by `--vision`.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from app.config import ROOT, Endpoint
-from app.launch import VllmServer, free_port
+from app.launch import CARD_FLAGS, VllmServer, free_port
 from build import dryrun
 
 
@@ -37,17 +41,24 @@ def parse_server(spec: str) -> tuple[str, str, list[str]]:
 
 
 def start_all(specs, models: Path, out: Path, kv_bytes: int, util: float,
-              profile: str | None) -> dict[str, VllmServer]:
+              profile: str | None, vision: tuple[str, ...] = ()) -> dict[str, VllmServer]:
     servers, first = {}, None
     for name, layout, extra in specs:
-        mdir = models / layout
-        if not dryrun.is_dry_run(mdir):
-            dryrun.write(layout, mdir, tokenizer_from=first)
-        first = first or mdir
-        flags = [*dryrun.serve_flags(extra),
+        if Path(layout).is_dir() and not dryrun.is_dry_run(layout):
+            # a checkpoint directory (`python -m build`'s output): its own weights
+            mdir, model_flags = Path(layout), [*CARD_FLAGS, *extra]
+        else:
+            mdir = models / layout
+            if not dryrun.is_dry_run(mdir):
+                dryrun.write(layout, mdir, tokenizer_from=first)
+            first = first or mdir
+            model_flags = dryrun.serve_flags(extra)
+        flags = [*model_flags,
                  "--gpu-memory-utilization", str(util),
                  "--kv-cache-memory-bytes", str(kv_bytes),
-                 "--gdn-prefill-backend", "triton", "--language-model-only"]
+                 "--gdn-prefill-backend", "triton"]
+        if name not in vision:
+            flags.append("--language-model-only")
         if name == profile:
             flags += ["--profiler-config", json.dumps({
                 "profiler": "torch", "torch_profiler_dir": str(out.parent / "trace"),
@@ -66,7 +77,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--server", action="append", required=True,
-                    help="NAME=LAYOUT[:JSON list of extra vLLM flags and ENV:KEY=VALUE]")
+                    help="NAME=LAYOUT|DIR[:JSON list of extra vLLM flags and ENV:KEY=VALUE]")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--models", type=Path, default=Path("/root/models"))
     ap.add_argument("--kv-gib", type=float, default=4.0)
@@ -76,6 +87,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=25)
     ap.add_argument("--profile", default=None, help="NAME of a server to profile")
+    ap.add_argument("--vision", action="append", default=[],
+                    help="NAME of a server that keeps the vision tower (default: text only)")
     ap.add_argument("--block", type=int, default=0,
                     help="prefix-cache block to pad the persona to (0: ask each server)")
     args = ap.parse_args()
@@ -83,7 +96,7 @@ def main() -> None:
     specs = [parse_server(s) for s in args.server]
     t0 = time.time()
     servers = start_all(specs, args.models, args.out, int(args.kv_gib * 2**30), args.util,
-                        args.profile)
+                        args.profile, tuple(args.vision))
 
     def wait(item):
         name, srv = item
@@ -110,7 +123,9 @@ def main() -> None:
     command = "python -m bench.h200 " + " ".join(sys.argv[1:])
     date = dt.date.today().isoformat()
     result.update(command=command, date=date, start_s={n: s for n, s, _ in started},
-                  layouts={n: lay for n, lay, _ in specs}, weights="dummy (random)")
+                  layouts={n: lay for n, lay, _ in specs},
+                  weights={n: "dummy (random)" if dryrun.is_dry_run(servers[n].model)
+                           else "the checkpoint's own" for n in servers})
     (args.out / "latency.json").write_text(json.dumps(result, indent=1, ensure_ascii=False))
     table = markdown(result, command, date)
     (args.out / "latency.md").write_text(table)
