@@ -199,33 +199,49 @@ def test_own_voice_through_the_speakers_does_not_interrupt(page, clips):
     assert sum("stay warm" not in u.lower() for u in users) <= RUNS - NEEDED, users
 
 
-def test_a_real_interruption_stops_the_reply_fast_and_cuts_history(page, clips):
+def test_a_real_interruption_stops_the_reply_fast_and_cuts_history(tt_url, clips):
+    """Each run is a new page, a new conversation: the question's first answer is a list of
+    several sentences. In one page the 135M model's answers shrank as its history filled
+    with interruptions, until one ended before "Wait, stop" was said (a make test run:
+    5 of 10, each miss a reply already over)."""
+    from playwright.sync_api import sync_playwright
+
     since = log_lines()
-    outcomes, silences = [], []
-    for _ in range(RUNS):
-        turn = ask_and_wait_audible(page, clips)
-        time.sleep(1.0)
-        say(page, clips["stop"])
-        result = finished(page, turn)
-        stopped = reports(log(page), "stopped")
-        ok = result == "stopped" and bool(stopped) and stopped[-1]["turn"] == turn
-        if ok:
-            silence = page.evaluate("(t) => window.voiceAgent.interrupts[t]", turn)
-            ok = silence is not None and 0 < sum(stopped[-1]["heard"]) < len(stopped[-1]["heard"])
-            if silence is not None:
-                silences.append(round(silence, 1))
-        outcomes.append(ok)
-        # the interruption itself becomes the next turn: let it play out
-        nxt = wait_for(page, lambda e, t=turn: any(x["type"] == "audible" and x["turn"] > t
-                                                   for x in e))
-        finished(page, reports(nxt, "audible")[-1]["turn"])
-        time.sleep(0.8)
-    chat = page.inner_text("#va-chat")
+    outcomes, silences, misses = [], [], []
+    with sync_playwright() as pw:
+        for _ in range(RUNS):
+            browser, page = open_page(pw, tt_url, init_script=SCRIPTED_MIC)
+            try:
+                start_recording(page)
+                turn = ask_and_wait_audible(page, clips)
+                time.sleep(1.0)
+                say(page, clips["stop"])
+                result = finished(page, turn)
+                stopped = reports(log(page), "stopped")
+                ok = result == "stopped" and bool(stopped) and stopped[-1]["turn"] == turn
+                if ok:
+                    silence = page.evaluate("(t) => window.voiceAgent.interrupts[t]", turn)
+                    heard = stopped[-1]["heard"]
+                    ok = silence is not None and 0 < sum(heard) < len(heard)
+                    if silence is not None:
+                        silences.append(round(silence, 1))
+                # the interruption itself becomes the next turn, answered
+                nxt = wait_for(page, lambda e, t=turn: any(x["type"] == "audible" and
+                                                           x["turn"] > t for x in e))
+                finished(page, reports(nxt, "audible")[-1]["turn"])
+                chat = page.inner_text("#va-chat")
+                ok = ok and "[interrupted]" in chat and "dogs" in chat.lower()
+                outcomes.append(ok)
+                if not ok:
+                    misses.append({"result": result, "chat": chat[-600:],
+                                   "reports": log(page)[-12:]})
+            finally:
+                browser.close()
     record("interruption (\"Wait, stop! ...\") during the reply", outcomes,
            interrupt_to_silence_ms={"p50": percentile(silences, 50),
                                     "p90": percentile(silences, 90), "all": silences})
-    assert sum(outcomes) >= NEEDED, failed(outcomes, page, since, silences=silences)
-    assert chat.count("[interrupted]") >= NEEDED and "dogs" in chat.lower()
+    assert sum(outcomes) >= NEEDED, failed(outcomes, None, since, silences=silences,
+                                           misses=misses)
 
 
 @pytest.mark.parametrize("noise", ["cough", "mhm"])
