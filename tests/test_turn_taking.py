@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+from contextlib import contextmanager
 
 import httpx
 import numpy as np
@@ -120,15 +121,28 @@ def reports(entries: list[dict], kind: str) -> list[dict]:
     return [e for e in entries if e["type"] == kind]
 
 
+@contextmanager
+def new_page(pw, url: str):  # noqa: ANN001, ANN201
+    """A new page (a new conversation) with the scripted microphone, recording."""
+    browser, pg = open_page(pw, url, init_script=SCRIPTED_MIC)
+    try:
+        start_recording(pg)
+        yield pg
+    finally:
+        browser.close()
+
+
 @pytest.fixture
 def page(tt_url):
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as pw:
-        browser, pg = open_page(pw, tt_url, init_script=SCRIPTED_MIC)
-        start_recording(pg)
+    with sync_playwright() as pw, new_page(pw, tt_url) as pg:
         yield pg
-        browser.close()
+
+
+def playing(page, turn: int) -> bool:  # noqa: ANN001
+    """The reply of `turn` has neither played out nor been stopped yet."""
+    return not any(x["type"] in ("done", "stopped") and x["turn"] == turn for x in log(page))
 
 
 def quiet(entries: list[dict]) -> bool:
@@ -210,9 +224,7 @@ def test_a_real_interruption_stops_the_reply_fast_and_cuts_history(tt_url, clips
     outcomes, silences, misses = [], [], []
     with sync_playwright() as pw:
         for _ in range(RUNS):
-            browser, page = open_page(pw, tt_url, init_script=SCRIPTED_MIC)
-            try:
-                start_recording(page)
+            with new_page(pw, tt_url) as page:
                 turn = ask_and_wait_audible(page, clips)
                 time.sleep(1.0)
                 say(page, clips["stop"])
@@ -235,8 +247,6 @@ def test_a_real_interruption_stops_the_reply_fast_and_cuts_history(tt_url, clips
                 if not ok:
                     misses.append({"result": result, "chat": chat[-600:],
                                    "reports": log(page)[-12:]})
-            finally:
-                browser.close()
     record("interruption (\"Wait, stop! ...\") during the reply", outcomes,
            interrupt_to_silence_ms={"p50": percentile(silences, 50),
                                     "p90": percentile(silences, 90), "all": silences})
@@ -245,18 +255,29 @@ def test_a_real_interruption_stops_the_reply_fast_and_cuts_history(tt_url, clips
 
 
 @pytest.mark.parametrize("noise", ["cough", "mhm"])
-def test_a_cough_or_mhm_does_not_cancel_the_reply(page, clips, noise):
+def test_a_cough_or_mhm_does_not_cancel_the_reply(tt_url, clips, noise):
+    """As expected only if the noise began while the reply played and the reply then played
+    to its end. Each run a new page, so the answer is the long first one."""
+    from playwright.sync_api import sync_playwright
+
     since = log_lines()
-    outcomes = []
-    for _ in range(RUNS):
-        turn = ask_and_wait_audible(page, clips)
-        time.sleep(1.0)
-        say(page, clips[noise])
-        outcomes.append(finished(page, turn) == "done")
-        time.sleep(0.8)
+    outcomes, misses = [], []
+    with sync_playwright() as pw:
+        for _ in range(RUNS):
+            with new_page(pw, tt_url) as page:
+                turn = ask_and_wait_audible(page, clips)
+                time.sleep(1.0)
+                say(page, clips[noise])
+                during = playing(page, turn)
+                result = finished(page, turn)
+                chat = page.inner_text("#va-chat")
+                ok = during and result == "done" and "[interrupted]" not in chat
+                outcomes.append(ok)
+                if not ok:
+                    misses.append({"during": during, "result": result,
+                                   "reports": log(page)[-12:]})
     record(f"{noise} during the reply", outcomes)
-    assert sum(outcomes) >= NEEDED, failed(outcomes, page, since)
-    assert page.inner_text("#va-chat").count("[interrupted]") <= RUNS - NEEDED
+    assert sum(outcomes) >= NEEDED, failed(outcomes, None, since, misses=misses)
 
 
 def test_mandarin_on_the_english_demo_gets_a_notice(page, clips):
