@@ -32,7 +32,7 @@ import logging
 import threading
 
 from app.interruption import verdict
-from app.messages import MicFrame, PlayerReport, VadEvent
+from app.messages import MicFrame, PlayerReport, Transcript, VadEvent
 from app.pipeline import Agent
 from app.session import Session
 from app.turn import Turn
@@ -124,11 +124,7 @@ class Conversation:
         ended = session.reply_ended_ms
         if ended is None or event.last_voiced_ms < ended + ECHO_TAIL_MS:
             return  # all of it under the reply: its echo, or a remark the reply covered
-        reply = session.turns.get(session.utterance_over)
-        spoken = " ".join(reply.pieces.values()) if reply is not None else ""
-        transcript = self.agent.asr.process(session.utterance_over,
-                                            event.audio[-CHECK_SAMPLES:])
-        said = verdict(transcript.text, spoken, transcript.score)
+        transcript, _, said = self._hear(session, session.utterance_over, event)
         log.info("speech going on after turn %s ended: %r (score %.2f) -> %s",
                  session.utterance_over, transcript.text, transcript.score, said)
         if said not in ("echo", "noise"):
@@ -152,12 +148,7 @@ class Conversation:
         pending = session.utterance == "pending"
         if not pending and playing.turn_id not in session.echo_turns:
             self._pause(session, playing.turn_id, event.frame_ms)
-        # the last seconds: the words that decide, at one encoder window's cost however long
-        # the agent's echo has been going on
-        transcript = self.agent.asr.process(playing.turn_id,
-                                            event.audio[-CHECK_SAMPLES:])
-        spoken = " ".join(playing.pieces.values())
-        said = verdict(transcript.text, spoken, transcript.score)
+        transcript, spoken, said = self._hear(session, playing.turn_id, event)
         log.info("speech over turn %s (%s ms%s): %r (score %.2f) -> %s; the agent was "
                  "saying %r", playing.turn_id, round(event.speech_ms),
                  ", reply paused" if pending else "", transcript.text, transcript.score,
@@ -173,6 +164,16 @@ class Conversation:
             if not session.paused_turn:
                 self._pause(session, playing.turn_id, event.frame_ms)
             session.utterance = "pending"
+
+    def _hear(self, session: Session, turn_id: int,
+              event: VadEvent) -> tuple[Transcript, str, str]:
+        """ASR of the utterance's last seconds (the words that decide, at one encoder
+        window's cost however long the agent's echo has been going on) against what reply
+        `turn_id` was saying: the transcript, the reply's text, the verdict."""
+        reply = session.turns.get(turn_id)
+        spoken = " ".join(reply.pieces.values()) if reply is not None else ""
+        transcript = self.agent.asr.process(turn_id, event.audio[-CHECK_SAMPLES:])
+        return transcript, spoken, verdict(transcript.text, spoken, transcript.score)
 
     def _pause(self, session: Session, turn_id: int, cause_ms: float) -> None:
         session.paused_turn, session.paused_silent_ms = turn_id, None

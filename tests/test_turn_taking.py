@@ -140,9 +140,15 @@ def page(tt_url):
         yield pg
 
 
+def ending(entries: list[dict], turn: int) -> str | None:
+    """"done" if the reply of `turn` played to its end, "stopped" if it was cut, else None."""
+    return next((x["type"] for x in entries
+                 if x["type"] in ("done", "stopped") and x["turn"] == turn), None)
+
+
 def playing(page, turn: int) -> bool:  # noqa: ANN001
     """The reply of `turn` has neither played out nor been stopped yet."""
-    return not any(x["type"] in ("done", "stopped") and x["turn"] == turn for x in log(page))
+    return ending(log(page), turn) is None
 
 
 def quiet(entries: list[dict]) -> bool:
@@ -164,10 +170,7 @@ def ask_and_wait_audible(page, clips) -> int:  # noqa: ANN001
 
 def finished(page, turn: int, timeout_s: float = 60.0) -> str:  # noqa: ANN001
     """"done" if the reply played to its end, "stopped" if it was cut."""
-    entries = wait_for(page, lambda e: any(x["type"] in ("done", "stopped") and
-                                           x["turn"] == turn for x in e), timeout_s)
-    return next(x["type"] for x in entries if x["type"] in ("done", "stopped")
-                and x["turn"] == turn)
+    return ending(wait_for(page, lambda e: ending(e, turn) is not None, timeout_s), turn)
 
 
 def checks(since: int = 0) -> list[str]:
