@@ -147,6 +147,14 @@ def main(argv: list[str] | None = None) -> None:
             except LlmError as exc:
                 print(f"warning: {ep.name}: {exc}. Turns fail until it answers.", file=sys.stderr)
         print(f"Persona {cfg.persona.name}: {agent.pad_persona()}", flush=True)
+        if agent.detector.model is not None:
+            try:
+                agent.detector.model.setup()
+            except (LlmError, OSError) as exc:
+                print(f"warning: end of turn by the model's words is off: {exc}",
+                      file=sys.stderr)
+                agent.detector.model = None
+        print(agent.detector.describe(), flush=True)
         if cfg.host not in ("127.0.0.1", "localhost", "::1"):
             print(f"warning: listening on {cfg.host}: anyone who can reach it and knows the "
                   "password can use the agent.", file=sys.stderr)

@@ -45,6 +45,29 @@ class VadConfig:
 
 
 @dataclass
+class TurnConfig:
+    """The end of a turn by what was said (app/endofturn.py); thresholds chosen on the
+    labelled set of `python -m bench.turn_detection` (docs/PERFORMANCE.md)."""
+
+    detector: str = "words+model"
+    """"off" (the fixed silence, `VadConfig.silence_ms`), or the signals joined by "+":
+    "words" (an open ending such as "for", "and", "因为"), "model" (the served model's
+    probability that the message ends there), "audio" (Smart Turn v3.2 on the voice)."""
+    cap_ms: int = 2000
+    """An unfinished utterance commits anyway after this much silence."""
+    model_done: float = 0.5
+    """The model's end-of-message probability at or above which the turn commits at once."""
+    model_unfinished: float = 0.1
+    """Below it the utterance is held as unfinished (up to `cap_ms`)."""
+    audio_done: float = 0.5
+    """Smart Turn's P(complete) at or above which the turn commits at once."""
+
+
+DETECTORS = ("off", "words", "model", "audio", "words+model", "words+audio", "model+audio",
+             "words+model+audio")
+
+
+@dataclass
 class AsrConfig:
     model: str = str(MODELS / "whisper-base")
     """CTranslate2 model directory or a faster-whisper hub id ("base", "small", ...)."""
@@ -116,6 +139,7 @@ class AppConfig:
     """Languages the serving model speaks (configuration, not a guess): speech in another
     language gets a short spoken and written notice instead of a reply."""
     vad: VadConfig = field(default_factory=VadConfig)
+    turn: TurnConfig = field(default_factory=TurnConfig)
     asr: AsrConfig = field(default_factory=AsrConfig)
     llm: LlmConfig = field(default_factory=LlmConfig)
     tts: TtsConfig = field(default_factory=TtsConfig)
@@ -172,6 +196,13 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--vad-threshold", type=float, default=VadConfig.threshold)
     g.add_argument("--eager-ms", type=int, default=VadConfig.eager_ms,
                    help="silence after which a turn starts speculatively (0: off)")
+    g.add_argument("--turn-detector", default=TurnConfig.detector, choices=DETECTORS,
+                   help="how the end of a turn is decided: off (the fixed --vad-silence-ms), "
+                   "or signals joined by +: words (an open ending: 'for', 'and', '因为'), "
+                   "model (the served model's end-of-message probability), audio (Smart "
+                   "Turn v3.2)")
+    g.add_argument("--turn-cap-ms", type=positive_int, default=TurnConfig.cap_ms,
+                   help="an unfinished utterance commits anyway after this much silence")
     g.add_argument("--barge-in-ms", type=positive_int, default=VadConfig.barge_in_ms,
                    help="speech over the agent that pauses it and checks the words")
     g.add_argument("--tts", default="auto",
@@ -275,6 +306,7 @@ def from_args(args: argparse.Namespace) -> AppConfig:
         language=args.language or "auto",
         vad=VadConfig(threshold=args.vad_threshold, silence_ms=args.vad_silence_ms,
                       eager_ms=args.eager_ms, barge_in_ms=args.barge_in_ms),
+        turn=TurnConfig(detector=args.turn_detector, cap_ms=args.turn_cap_ms),
         asr=AsrConfig(model=args.asr_model, language=args.language or "auto",
                       cpus=parse_cpus(args.asr_cpus), detect_model=args.asr_detect_model,
                       device=args.asr_device,

@@ -1,10 +1,16 @@
 """Turn-taking: what each endpointer event, typed message and player report does.
 
+Everything here runs on one thread per session (`Listener`): the microphone's frames, the
+page player's reports and the end-of-turn verdicts arrive on one queue, in order.
+
 Agent silent:
     speech_start   a turn being prepared is cancelled: the user goes on
-    pause          a turn starts speculatively with the utterance so far
-    resume         the speculation is dropped
-    end            the speculation is committed (or a turn starts, speculation off)
+    pause          a turn starts speculatively with the utterance so far; once its
+                   transcript is known the end-of-turn detector says how long the silence
+                   must last (app/endofturn.py): it commits when the silence is that long
+    resume         the speculation is dropped; the utterance goes on as one
+    end            the silence reached the cap (detector on) or the fixed silence (off):
+                   the speculation is committed (or a turn starts, speculation off)
 Agent speaking (its reply is playing in the page), an utterance over it ("over"):
     shorter than barge_in_ms   a cough or an "mhm": nothing happens, the reply goes on
     speech_long (first)        the player pauses (silence first) and ASR checks the words:
@@ -29,10 +35,14 @@ No UI text is made here.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 
+import numpy as np
+
+from app.endofturn import TurnDetector
 from app.interruption import verdict
-from app.messages import MicFrame, PlayerReport, Transcript, VadEvent
+from app.messages import EndOfTurn, MicFrame, PlayerReport, Transcript, VadEvent
 from app.pipeline import Agent
 from app.session import Session
 from app.turn import Turn
@@ -46,19 +56,126 @@ ECHO_TAIL_MS = 200
 room's delay and reverberation, the browser's output buffer."""
 
 
+MIC_STOP = "mic_stop"
+CLOSED = "closed"
+Item = MicFrame | PlayerReport | EndOfTurn | str
+
+
+class Listener:
+    """A session's turn-taking thread: frames, reports and verdicts in, decisions out."""
+
+    def __init__(self, session: Session, handle) -> None:  # noqa: ANN001 - Conversation.handle
+        self.session, self._handle = session, handle
+        self.items: queue.Queue = queue.Queue(maxsize=1000)  # 20 s of frames
+        self.thread = threading.Thread(target=self._run, daemon=True,
+                                       name=f"turns-{session.sid[:8]}")
+        self.thread.start()
+
+    def put(self, item: Item) -> None:
+        try:
+            self.items.put_nowait(item)
+        except queue.Full:
+            log.warning("session %s: turn-taking behind, %s dropped", self.session.sid[:8],
+                        type(item).__name__)
+
+    def close(self) -> None:
+        self.items.put(CLOSED)
+
+    def _run(self) -> None:
+        while True:
+            item = self.items.get()
+            try:
+                self._handle(self.session, item)
+            except Exception:  # a bug here must not silence the microphone for good
+                log.exception("turn-taking failed on %r", item)
+            if item == CLOSED:
+                return
+
+
 class Conversation:
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
+        self.detector: TurnDetector = agent.detector
         self._endpointers: dict[str, Endpointer] = {}
+        self._listeners: dict[str, Listener] = {}
 
-    # --- microphone (the session's listener thread) ---------------------------------------
+    def open(self, session: Session) -> Listener:
+        """The page's audio channel opened: its turn-taking thread."""
+        listener = self._listeners[session.sid] = Listener(session, self.handle)
+        return listener
+
+    def handle(self, session: Session, item: Item) -> None:
+        """One item of the session's queue, on its turn-taking thread."""
+        if isinstance(item, MicFrame):
+            self.on_frame(session, item)
+        elif isinstance(item, PlayerReport):
+            self.on_report(session, item)
+        elif isinstance(item, EndOfTurn):
+            self.on_verdict(session, item)
+        elif item == MIC_STOP:
+            self.on_mic_stop(session)
+        elif item == CLOSED:
+            self.on_mic_stop(session)
+            session.speaking = 0  # nothing plays without a page
+            if self._listeners.get(session.sid) is not None \
+                    and self._listeners[session.sid].session is session:
+                del self._listeners[session.sid]
+
+    # --- microphone (the session's turn-taking thread) --------------------------------------
     def on_frame(self, session: Session, frame: MicFrame) -> None:
         session.clock.observe(frame.captured_ms, frame.arrived)
+        endpointer = self._endpointer(session)
+        for event in endpointer.feed(frame):
+            self.on_vad(session, event)
+        self._commit_if_decided(session)
+
+    def _endpointer(self, session: Session) -> Endpointer:
         endpointer = self._endpointers.get(session.sid)
         if endpointer is None:
             endpointer = self._endpointers[session.sid] = Endpointer(self.agent.cfg.vad)
-        for event in endpointer.feed(frame):
-            self.on_vad(session, event)
+        return endpointer
+
+    # --- the end of the user's turn ----------------------------------------------------------
+    def judge(self, turn: Turn, transcript: Transcript, audio: np.ndarray) -> None:
+        """A speculative turn's transcript is known (its thread): decide whether the user
+        is done, off this thread, and post the verdict to the turn-taking thread."""
+        if turn.committed or not self.detector.on:
+            return
+        session = turn.session
+        with session.lock:
+            context = next((m["content"] for m in reversed(session.history)
+                            if m["role"] == "assistant" and m["content"]), "")
+
+        def run() -> None:
+            result = self.detector.judge(turn.turn_id, transcript.text, audio, context[-300:])
+            listener = self._listeners.get(session.sid)
+            if listener is not None:
+                listener.put(result)
+
+        threading.Thread(target=run, daemon=True, name=f"eot-{turn.turn_id}").start()
+
+    def on_verdict(self, session: Session, result: EndOfTurn) -> None:
+        current = session.current
+        if current is None or current.turn_id != result.turn_id or current.committed \
+                or current.cancel.is_set():
+            return  # the user went on (or it committed at the cap) before it came
+        current.judged(result)
+        log.info("turn %s: end of turn by %s (%s): hold %s ms, decided in %s ms",
+                 result.turn_id, result.signal, result.detail, result.hold_ms, result.cost_ms)
+        self._commit_if_decided(session)
+
+    def _commit_if_decided(self, session: Session) -> None:
+        """Commit the speculative turn once the silence is as long as its verdict asks."""
+        current = session.current
+        if current is None or current.committed or current.verdict is None \
+                or current.cancel.is_set():
+            return
+        endpointer = self._endpointers.get(session.sid)
+        if endpointer is None or endpointer.silence_ms < current.verdict.hold_ms:
+            return
+        v = current.verdict
+        current.commit(f"{v.signal}: {v.detail}")
+        endpointer.close()  # speech from here on is a new utterance (it interrupts)
 
     def on_mic_stop(self, session: Session) -> None:
         endpointer = self._endpointers.pop(session.sid, None)
@@ -85,18 +202,22 @@ class Conversation:
             self.barge_in(session, cause_ms=event.frame_ms)  # the user goes on: drop it
             session.touch("Listening...")
         elif event.kind == "pause":
+            if self.detector.on:  # the verdict commits it; the cap if none comes
+                self._endpointer(session).end_after_ms = self.agent.cfg.turn.cap_ms
             self.start(session, "voice", audio=event.audio, last_voiced_ms=event.last_voiced_ms)
         elif event.kind == "resume":
             if current is not None and not current.committed:
                 self._drop(session, current)
         elif event.kind == "end":
             session.utterance = None
+            reason = f"silence {round(event.frame_ms - event.last_voiced_ms)} ms" + \
+                (" (cap)" if self.detector.on else "")
             if current is not None and not current.committed and not current.cancel.is_set():
-                current.commit()
+                current.commit(reason)
             else:
                 turn = self.start(session, "voice", audio=event.audio,
                                   last_voiced_ms=event.last_voiced_ms)
-                turn.commit()
+                turn.commit(reason)
 
     def _over_agent(self, session: Session, event: VadEvent) -> None:
         if event.kind == "speech_start":
@@ -130,7 +251,7 @@ class Conversation:
         if said not in ("echo", "noise"):
             turn = self.start(session, "voice", audio=event.audio,
                               last_voiced_ms=event.last_voiced_ms)
-            turn.commit()
+            turn.commit("speech after the reply")
 
     @staticmethod
     def _after_silence(session: Session, event: VadEvent) -> bool:
@@ -190,7 +311,7 @@ class Conversation:
         """Run a turn on its own thread (voice: speculative until committed)."""
         turn = self.agent.new_turn(session, source, last_voiced_ms)
         if committed:
-            turn.commit()
+            turn.commit(source)
         with session.lock:
             session.current = turn
             session.turns[turn.turn_id] = turn
@@ -206,7 +327,7 @@ class Conversation:
         self.barge_in(session)
         turn = self.agent.new_turn(session, source)
         turn.collect = []
-        turn.commit()
+        turn.commit("upload")
         with session.lock:
             session.current = turn
             session.turns[turn.turn_id] = turn
@@ -220,7 +341,7 @@ class Conversation:
     def _run(self, turn: Turn, audio, text: str) -> None:  # noqa: ANN001
         session = turn.session
         try:
-            self.agent.run_turn(turn, audio=audio, text=text)
+            self.agent.run_turn(turn, audio=audio, text=text, heard=self.judge)
         except Exception:  # a bug must not leave the session stuck "Thinking..."
             log.exception("turn %s crashed", turn.turn_id)
             session.touch("Error: the turn failed (see the app's log).")

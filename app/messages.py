@@ -8,8 +8,13 @@ speaker. `app/clock.py` maps one onto the other.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
+
+VadKind = Literal["speech_start", "speech_long", "pause", "resume", "end"]
+ReportKind = Literal["audible", "paused", "stopped", "done"]
+Signal = Literal["words", "model", "audio", "fixed"]
 
 
 @dataclass(frozen=True)
@@ -28,7 +33,7 @@ class MicFrame:
 class VadEvent:
     """What the endpointer concluded from the frames so far."""
 
-    kind: str
+    kind: VadKind
     """"speech_start" (enough speech to be a user talking), "speech_long" (another
     `barge_in_ms` of speech: the agent, if it speaks, checks the words so far), "pause" (a
     short silence: start the turn speculatively), "resume" (speech again after a pause: drop
@@ -53,6 +58,23 @@ class Transcript:
     asr_end: float
     score: float = 0.0
     """The decoder's mean log-probability per token: low for a guess at a hum or a cough."""
+
+
+@dataclass(frozen=True)
+class EndOfTurn:
+    """The end-of-turn decision on a speculative turn's transcript (app/endofturn.py): how
+    long the silence must last before the turn commits."""
+
+    turn_id: int
+    hold_ms: int
+    """Silence after the last voiced frame before the turn commits (0: at once)."""
+    signal: Signal
+    """What decided: "words", "model", "audio"; "fixed": the fixed silence (detector off,
+    or no signal could tell)."""
+    detail: str
+    """What it saw, for the page: the ending word, or a probability."""
+    cost_ms: float
+    """Time the decision took, after the transcript."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +119,7 @@ class SpeechChunk:
 class PlayerReport:
     """What the page's player did, in browser time."""
 
-    kind: str
+    kind: ReportKind
     """"audible" (a turn's first sample reached the speaker), "paused" (silent while the
     user's words are checked), "stopped" (barge-in: its audio dropped), "done" (the turn's
     audio has played out)."""

@@ -50,6 +50,10 @@ class TurnMetrics:
     eot_wait_ms: float | None = None
     """Last voiced frame (browser) -> end of turn committed (the silence the endpointer
     waits for)."""
+    eot_signal: str = ""
+    """What ended the user's turn: the end-of-turn detector's signal and what it saw
+    ("words: ends with “for”", "model: p(end) 0.93"), or the silence that reached the fixed
+    end or the cap (app/endofturn.py)."""
     asr_after_speech_ms: float | None = None
     """Last voiced frame -> transcript ready (ASR starts speculatively at a short pause)."""
     first_piece_ms: float | None = None
@@ -102,7 +106,7 @@ LABELS = {
     "held_ms": "held for commit ms",
 }
 # Server stage events in the order a turn passes them (the waterfall's rows).
-STAGES = ["asr_start", "asr_end", "committed", "llm_sent", "first_token", "first_piece",
+STAGES = ["asr_start", "asr_end", "judged", "committed", "llm_sent", "first_token", "first_piece",
           "first_audio", "first_sent"]
 
 

@@ -13,10 +13,12 @@ stream (per-token timing) nor the first audio. A voice turn may run speculativel
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +26,9 @@ import numpy as np
 from app.asr import Asr
 from app.chunking import SentenceChunker
 from app.config import AppConfig, Endpoint
+from app.endofturn import TurnDetector
 from app.llm import LlmError, StreamStats, stream_chat
-from app.messages import ReplyPiece, SpeechChunk
+from app.messages import ReplyPiece, SpeechChunk, Transcript
 from app.metrics import TurnMetrics, ms, token_gap_ms
 from app.padding import (
     CARD_BLOCKS,
@@ -40,6 +43,7 @@ from app.tts import FallbackTts, TtsError, language_of
 from app.turn import Turn
 
 log = logging.getLogger(__name__)
+Heard = Callable[[Turn, Transcript, np.ndarray], None]
 
 
 class Agent:
@@ -54,10 +58,13 @@ class Agent:
         self.persona = load_persona(cfg.persona)
         self.persona_note = "not padded"
         self.server_views = ServerViews()
+        self.detector = turn_detector(cfg)
 
     def setup(self) -> None:
         self.asr.setup()
         self.tts.setup()
+        if self.detector.audio is not None:
+            self.detector.audio.setup()
 
     def pad_persona(self) -> str:
         """Pad the persona to the primary server's prefix-cache block; say what was done."""
@@ -107,8 +114,9 @@ class Agent:
         return turn
 
     def run_turn(self, turn: Turn, audio: np.ndarray | None = None, text: str = "",
-                 endpoint: Endpoint | None = None) -> TurnMetrics:
-        """The chain for one turn; returns its primary metrics row."""
+                 endpoint: Endpoint | None = None, heard: Heard | None = None) -> TurnMetrics:
+        """The chain for one turn; returns its primary metrics row. `heard` gets the
+        transcript of a voice turn as soon as it is known (the end-of-turn decision)."""
         session, m = turn.session, turn.metrics
         endpoint = endpoint or self.cfg.primary
         language = self.cfg.language
@@ -120,6 +128,8 @@ class Agent:
             except Exception as exc:  # a broken model file or runtime error: report the stage
                 return self._fail(turn, "asr", f"speech recognition failed: {exc}")
             turn.stamp("asr_end", tr.asr_end)
+            if heard is not None:
+                heard(turn, tr, audio)
             m.asr_ms = ms(tr.asr_end - tr.asr_start)
             text, language = tr.text, tr.language if language == "auto" else language
             if not text:
@@ -289,6 +299,17 @@ class Agent:
         session.touch(f"Error ({stage}): {message}")
         log.warning("turn %s failed at %s: %s", m.turn_id, stage, message)
         return m
+
+
+def turn_detector(cfg: AppConfig) -> TurnDetector:
+    """The end-of-turn decision `cfg.turn` asks for (it needs speculation: `eager_ms`)."""
+    turn = cfg.turn if cfg.vad.eager_ms else dataclasses.replace(cfg.turn, detector="off")
+    audio = None
+    if "audio" in turn.detector:
+        from app.smartturn import SmartTurn
+
+        audio = SmartTurn()
+    return TurnDetector(turn, cfg.vad.silence_ms, cfg.primary, audio)
 
 
 LANGUAGE_NAMES = {"en": "English", "zh": "Mandarin"}

@@ -6,7 +6,8 @@ rate, int16 PCM) and the player's reports (JSON). Down: reply audio (binary, see
 
 Frames are resampled to 16 kHz by soxr's streaming resampler (continuous across frames,
 no aliasing) and handed to the session's listener thread, which runs the endpointer and
-turn-taking off the event loop.
+turn-taking off the event loop (app/conversation.py `Listener`): the player's reports go on
+the same queue, so turn-taking sees frames and reports in the order they came.
 """
 
 from __future__ import annotations
@@ -14,11 +15,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import queue
 import struct
-import threading
 import time
-from collections.abc import Callable
 
 import numpy as np
 
@@ -29,7 +27,6 @@ log = logging.getLogger(__name__)
 FRAME_HEADER = struct.Struct("<dII")
 """A microphone frame from the page: capture time (browser ms), sequence number, rate."""
 ASR_RATE = 16000
-MAX_FRAME_SAMPLES = 48000 // 25  # 40 ms at 48 kHz
 MAX_RATE = 192000
 
 
@@ -91,39 +88,6 @@ def _opt_float(value: object) -> float | None:
     return None if value is None else float(value)
 
 
-class Listener:
-    """The session's microphone thread: frames in, turn-taking decisions out."""
-
-    def __init__(self, session: Session, on_frame: Callable[[Session, MicFrame], None],
-                 on_stop: Callable[[Session], None]) -> None:
-        self.session = session
-        self.frames: queue.Queue = queue.Queue(maxsize=500)  # 10 s of frames
-        self._on_frame, self._on_stop = on_frame, on_stop
-        self.thread = threading.Thread(target=self._run, daemon=True,
-                                       name=f"mic-{session.sid[:8]}")
-        self.thread.start()
-
-    def put(self, frame: MicFrame | None) -> None:
-        try:
-            self.frames.put_nowait(frame)
-        except queue.Full:
-            log.warning("session %s: microphone frames dropped (listener behind)",
-                        self.session.sid[:8])
-
-    def _run(self) -> None:
-        while True:
-            frame = self.frames.get()
-            if frame is None:
-                return
-            if frame == "stop":
-                self._on_stop(self.session)
-                continue
-            try:
-                self._on_frame(self.session, frame)
-            except Exception:  # a bug here must not silence the microphone for good
-                log.exception("microphone frame %s failed", frame.seq)
-
-
 async def serve_socket(ws, session: Session, conversation) -> None:  # noqa: ANN001
     """Run one page's WebSocket until it closes (FastAPI `WebSocket`, app.conversation)."""
     from starlette.websockets import WebSocketDisconnect
@@ -131,7 +95,7 @@ async def serve_socket(ws, session: Session, conversation) -> None:  # noqa: ANN
     outbox = Outbox(asyncio.get_running_loop())
     session.outbox = outbox
     decoder = FrameDecoder()
-    listener = Listener(session, conversation.on_frame, conversation.on_mic_stop)
+    listener = conversation.open(session)  # frames and reports go to its one thread
 
     async def writer() -> None:
         while True:
@@ -154,18 +118,17 @@ async def serve_socket(ws, session: Session, conversation) -> None:  # noqa: ANN
                 except ValueError as exc:
                     await ws.send_text(json.dumps({"type": "error", "message": str(exc)}))
             elif msg.get("text") is not None:
-                _on_text(msg["text"], session, listener, conversation)
+                _on_text(msg["text"], session, listener)
     except WebSocketDisconnect:
         pass
     finally:
         send_task.cancel()
-        listener.put(None)
         if session.outbox is outbox:
             session.outbox = None
-            session.speaking = 0  # nothing plays without a page
+        listener.close()
 
 
-def _on_text(text: str, session: Session, listener: Listener, conversation) -> None:  # noqa: ANN001
+def _on_text(text: str, session: Session, listener) -> None:  # noqa: ANN001 - Listener
     try:
         event = json.loads(text)
         kind = event["type"]
@@ -173,9 +136,9 @@ def _on_text(text: str, session: Session, listener: Listener, conversation) -> N
         log.warning("session %s: malformed message from the page", session.sid[:8])
         return
     if kind == "mic_stop":
-        listener.put("stop")
+        listener.put("mic_stop")
     elif kind in ("audible", "paused", "stopped", "done"):
         try:
-            conversation.on_report(session, parse_report(event))
+            listener.put(parse_report(event))
         except (KeyError, ValueError, TypeError):
             log.warning("session %s: malformed player report %r", session.sid[:8], event)

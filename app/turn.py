@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from app.messages import PlayerReport, SpeechChunk
+from app.messages import EndOfTurn, PlayerReport, SpeechChunk
 from app.metrics import TurnMetrics, fill_timeline
 from app.session import Session
 
@@ -42,6 +42,8 @@ class Turn:
     """Spoken pieces by index: what the player's `heard` shares refer to."""
     collect: list[SpeechChunk] | None = None
     """Every chunk of the reply, for API callers that want the whole reply's audio."""
+    verdict: EndOfTurn | None = None
+    """The end-of-turn decision on this speculative turn's transcript, once it came."""
     _committed: bool = False
     _published: bool = False
     _held: list[SpeechChunk] = field(default_factory=list)
@@ -66,11 +68,17 @@ class Turn:
         self.stamps.setdefault(name, time.perf_counter() if t is None else t)
 
     # --- speculation ------------------------------------------------------------------------
-    def commit(self, t: float | None = None) -> None:
-        """The user's turn has ended: the turn may speak."""
+    def judged(self, verdict: EndOfTurn) -> None:
+        """The end-of-turn detector's verdict on this turn's words came."""
+        self.stamp("judged")
+        self.verdict = verdict
+
+    def commit(self, reason: str = "") -> None:
+        """The user's turn has ended (`reason`: what said so): the turn may speak."""
         if self.cancel.is_set():
             return  # discarded before the silence confirmed it
-        self.stamp("committed", t)
+        self.stamp("committed")
+        self.metrics.eot_signal = reason
         with self.session.lock:
             self._committed = True
             self._publish_if_ready()

@@ -17,7 +17,7 @@ from collections import deque
 import numpy as np
 
 from app.config import VadConfig
-from app.messages import MicFrame, VadEvent
+from app.messages import MicFrame, VadEvent, VadKind
 
 FRAME = 512  # samples at 16 kHz = 32 ms, the size Silero v6 expects
 FRAME_MS = FRAME * 1000 / 16000
@@ -71,11 +71,19 @@ class Endpointer:
         self._paused = False
         self._next_long = self.cfg.barge_in_ms
         self._last_voiced_ms = 0.0
+        self.end_after_ms = self.cfg.silence_ms
+        """Silence that ends this utterance: the turn-taking raises it while it waits for
+        the end-of-turn decision (app/conversation.py)."""
 
     @property
-    def in_speech(self) -> bool:
-        """A user utterance has started and not ended."""
-        return self._started
+    def silence_ms(self) -> float:
+        """Silence since the utterance's last voiced frame (0 outside an utterance)."""
+        return self._silent * FRAME_MS if self._started else 0.0
+
+    def close(self) -> None:
+        """The turn-taking decided that the utterance is over: speech from here on is a new
+        one (its `speech_start`), and no `end` comes for this one."""
+        self._reset_state()
 
     def feed(self, frame: MicFrame) -> list[VadEvent]:
         self._pending = np.concatenate([self._pending, frame.pcm.astype(np.float32)])
@@ -122,13 +130,13 @@ class Endpointer:
                 and silence_ms >= cfg.eager_ms and not too_long:
             self._paused = True
             events.append(self._event("pause", end_ms, with_audio=True))
-        if silence_ms >= cfg.silence_ms or too_long:
+        if silence_ms >= self.end_after_ms or too_long:
             if self._started:
                 events.append(self._event("end", end_ms, with_audio=True))
             self._reset_state()  # a burst shorter than min_speech_ms ends here unheard
         return events
 
-    def _event(self, kind: str, end_ms: float, with_audio: bool = False) -> VadEvent:
+    def _event(self, kind: VadKind, end_ms: float, with_audio: bool = False) -> VadEvent:
         audio = None
         if with_audio:
             # the utterance with the pre-roll before it and the silence after it: Whisper

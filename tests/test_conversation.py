@@ -11,8 +11,9 @@ import json
 import numpy as np
 import pytest
 
-from app.config import AppConfig, Endpoint
+from app.config import AppConfig, Endpoint, TurnConfig
 from app.conversation import Conversation
+from app.endofturn import TurnDetector
 from app.messages import PlayerReport, Transcript, VadEvent
 from app.metrics import TurnMetrics
 from app.session import Session
@@ -42,13 +43,14 @@ class ScriptedAgent:
     def __init__(self, asr: ScriptedAsr) -> None:
         self.asr = asr
         self.cfg = AppConfig(primary=Endpoint("primary", "http://127.0.0.1:9/v1", "m"))
+        self.detector = TurnDetector(TurnConfig("off"), self.cfg.vad.silence_ms)
         self.ran: list[tuple[int, int]] = []
 
     def new_turn(self, session: Session, source: str, last_voiced_ms=None) -> Turn:  # noqa: ANN001
         return Turn(session, TurnMetrics(session.new_turn_id(), "primary", source=source),
                     last_voiced_ms)
 
-    def run_turn(self, turn: Turn, audio=None, text: str = "") -> None:  # noqa: ANN001
+    def run_turn(self, turn: Turn, audio=None, text: str = "", heard=None) -> None:  # noqa: ANN001
         self.ran.append((turn.turn_id, 0 if audio is None else len(audio)))
 
 

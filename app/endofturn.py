@@ -1,0 +1,168 @@
+"""End of turn by what was said: is the user's utterance so far finished, or a pause to think?
+
+A turn starts speculatively at the user's first short pause (app/conversation.py); once its
+transcript is known, `TurnDetector.judge` says how long the silence must last before the
+turn commits: at once when the words are finished, up to `cap_ms` when they are not, the
+fixed silence when it cannot tell. The signals, each measured on a labelled set of paused
+and complete utterances (`python -m bench.turn_detection`, docs/PERFORMANCE.md):
+
+- words: the transcript's last word. English prepositions, conjunctions, articles,
+  auxiliaries, "to", possessives and fillers, Mandarin connectives and structural
+  particles, and a trailing comma or ellipsis (Whisper writes one where the voice went on)
+  leave a sentence unfinished. Costs nothing.
+- model: the served model's probability that the user's message ends here, read as the
+  prompt log-probability of its chat template's end-of-message token after the words
+  (LiveKit's turn detector works this way). One short prefill on the model server.
+- audio: Smart Turn v3.2's P(complete) from the voice (app/smartturn.py), ~100 ms of CPU.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+
+import numpy as np
+
+from app.config import Endpoint, TurnConfig
+from app.language import is_cjk
+from app.llm import ServerError, post_json
+from app.messages import EndOfTurn, Signal
+
+# English words after which a sentence cannot end (function words that need what follows).
+UNFINISHED_EN = frozenset("""
+a an the my your his her its our their this that these those some any every each no
+of to for with from at by in into onto on about as than like over under after before
+between through during without within against toward towards upon via per
+and or but nor so because although though if unless whether while when where which who
+whom whose what how why until since once then
+is are was were am be been being do does did have has had will would can could shall
+should may might must gonna wanna gotta let's
+i you he she we they it's i'm you're we're they're there's
+um uh er erm hmm ah mm
+""".split())
+# Mandarin endings that leave a clause open: connectives, prepositions, structural particles,
+# fillers ("那个", "就是"), verbs that need an object.
+UNFINISHED_ZH = ("和", "跟", "与", "或者", "还是", "但是", "可是", "不过", "因为", "所以",
+                 "然后", "如果", "虽然", "而且", "并且", "就是", "那个", "这个", "的", "地",
+                 "得", "把", "被", "给", "对", "从", "在", "向", "往", "比", "让", "想", "要",
+                 "是", "呃", "嗯", "额", "还有", "以及", "一个", "一张", "一下")
+TRAILING_PUNCT = ".!?。！？,，、;；:：…\"'”’ "
+OPEN_ENDING = re.compile(r"(\.\.\.|…|,|，|、|-|—)\s*$")
+
+
+def normalize(text: str) -> str:
+    """The words as the model should read them: no trailing punctuation, spaces squeezed."""
+    return " ".join(text.split()).rstrip(TRAILING_PUNCT)
+
+
+def unfinished_ending(text: str) -> str | None:
+    """The ending that leaves `text` unfinished ("for", "因为", "..."), or None."""
+    stripped = text.strip()
+    if not stripped:
+        return None
+    if OPEN_ENDING.search(stripped):
+        return OPEN_ENDING.search(stripped).group(1)
+    words = normalize(stripped)
+    if not words:
+        return None
+    if is_cjk(words[-1]):
+        return next((e for e in UNFINISHED_ZH if words.endswith(e)), None)
+    last = words.split()[-1].lower().strip("\"'“”‘’")
+    return last if last in UNFINISHED_EN else None
+
+
+class EndOfTurnModel:
+    """P(the user's message ends here) from the served model's prompt log-probabilities."""
+
+    def __init__(self, endpoint: Endpoint, timeout_s: float = 2.0) -> None:
+        self.endpoint, self.timeout_s = endpoint, timeout_s
+        self._end_token: int | None = None
+
+    def _tokens(self, messages: list[dict], open_end: bool) -> list[int]:
+        body = {"model": self.endpoint.model, "messages": messages,
+                "add_generation_prompt": False, "continue_final_message": open_end,
+                "chat_template_kwargs": {"enable_thinking": False}}
+        return list(post_json(self.endpoint, "/tokenize", body, self.timeout_s)["tokens"])
+
+    def setup(self) -> None:
+        """Learn the chat template's end-of-message token from a probe."""
+        probe = [{"role": "user", "content": "Hello there"}]
+        open_, closed = self._tokens(probe, True), self._tokens(probe, False)
+        if closed[:len(open_)] != open_ or len(closed) <= len(open_):
+            raise ServerError("the chat template does not close a user message with a token")
+        self._end_token = closed[len(open_)]
+
+    def p_end(self, text: str, context: str = "") -> float:
+        """Probability that the user's message is over after `text` (the agent's last
+        reply, if any, as context)."""
+        if self._end_token is None:
+            self.setup()
+        messages = [{"role": "assistant", "content": context}] if context else []
+        messages.append({"role": "user", "content": normalize(text)})
+        prompt = [*self._tokens(messages, True), self._end_token]
+        body = {"model": self.endpoint.model, "prompt": prompt, "max_tokens": 1,
+                "temperature": 0.0, "prompt_logprobs": 0}
+        out = post_json(self.endpoint, "/v1/completions", body, self.timeout_s)
+        last = out["choices"][0]["prompt_logprobs"][-1]
+        entry = last.get(str(self._end_token)) or next(iter(last.values()))
+        return math.exp(float(entry["logprob"]))
+
+
+class TurnDetector:
+    """The end-of-turn decision the configuration asks for (`TurnConfig.detector`)."""
+
+    def __init__(self, cfg: TurnConfig, silence_ms: int, endpoint: Endpoint | None = None,
+                 audio_model=None) -> None:  # noqa: ANN001 - app.smartturn.SmartTurn
+        self.cfg, self.silence_ms = cfg, silence_ms
+        uses = set(cfg.detector.split("+")) if cfg.detector != "off" else set()
+        self.model = EndOfTurnModel(endpoint) if "model" in uses and endpoint else None
+        self.audio = audio_model if "audio" in uses else None
+        self.words = "words" in uses
+
+    @property
+    def on(self) -> bool:
+        return self.words or self.model is not None or self.audio is not None
+
+    def describe(self) -> str:
+        if not self.on:
+            return f"end of turn: {self.silence_ms} ms of silence"
+        return (f"end of turn: {self.cfg.detector} (unfinished: held up to "
+                f"{self.cfg.cap_ms} ms of silence; unsure: {self.silence_ms} ms)")
+
+    def judge(self, turn_id: int, text: str, audio: np.ndarray | None = None,
+              context: str = "") -> EndOfTurn:
+        """Is the utterance `text` (its `audio`; `context`: the agent's last reply) over?"""
+        t0 = time.perf_counter()
+
+        def verdict(hold: int, signal: Signal, detail: str) -> EndOfTurn:
+            return EndOfTurn(turn_id, hold, signal, detail,
+                             round((time.perf_counter() - t0) * 1000, 1))
+
+        cfg = self.cfg
+        if not self.on:
+            return verdict(self.silence_ms, "fixed", "detector off")
+        if not text.strip():
+            return verdict(self.silence_ms, "fixed", "no words")
+        if self.words:
+            ending = unfinished_ending(text)
+            if ending is not None:
+                return verdict(cfg.cap_ms, "words", f"ends with “{ending}”")
+        if self.model is not None:
+            try:
+                p = self.model.p_end(text, context)
+            except (ServerError, KeyError, IndexError, ValueError) as exc:
+                return verdict(self.silence_ms, "fixed", f"model failed: {exc}"[:120])
+            if p >= cfg.model_done:
+                return verdict(0, "model", f"p(end) {p:.2f}")
+            if p < cfg.model_unfinished:
+                return verdict(cfg.cap_ms, "model", f"p(end) {p:.2f}")
+            if self.audio is None:
+                return verdict(self.silence_ms, "fixed", f"unsure: p(end) {p:.2f}")
+        if self.audio is not None and audio is not None:
+            p = self.audio(audio)
+            if p >= cfg.audio_done:
+                return verdict(0, "audio", f"p(done) {p:.2f}")
+            return verdict(cfg.cap_ms, "audio", f"p(done) {p:.2f}")
+        return verdict(0 if self.words else self.silence_ms, "words" if self.words else "fixed",
+                       "no open ending" if self.words else "no signal")

@@ -1,0 +1,164 @@
+"""The end of a turn by what was said (app/endofturn.py) and where it is applied
+(app/conversation.py): a speculative turn commits once the silence is as long as the
+verdict on its words asks, a pause in an unfinished sentence holds it, and the verdicts,
+the microphone's frames and the player's reports are handled on one thread, in order.
+
+Real Silero VAD on a committed recording; the agent's side is scripted (no model, no TTS).
+The model's end-of-message probability on a real vLLM: tests/test_endofturn_model.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from app.config import AppConfig, Endpoint, TurnConfig
+from app.conversation import Conversation
+from app.endofturn import TurnDetector, normalize, unfinished_ending
+from app.messages import EndOfTurn, MicFrame, PlayerReport, Transcript
+from app.metrics import TurnMetrics
+from app.session import Session
+from app.turn import Turn
+from tests.conftest import ASSETS
+
+
+@pytest.mark.parametrize("text, ending", [
+    ("I'd like to book a table for.", "for"),
+    ("I want to go to the beach and", "and"),
+    ("What is the best way to?", "to"),
+    ("I was wondering if...", "..."),
+    ("So I think, um,", ","),
+    ("My favourite colour is", "is"),
+    ("我想订一张", "一张"),
+    ("因为今天下雨，所以", "所以"),
+    ("What time is it?", None),
+    ("Tell me a short joke about cats.", None),
+    ("Thanks.", None),
+    ("今天天气怎么样？", None),
+    ("", None),
+])
+def test_open_endings(text, ending):
+    assert unfinished_ending(text) == ending
+
+
+def test_the_model_reads_the_words_without_the_asrs_closing_punctuation():
+    assert normalize("  I'd like  to book a table for. ") == "I'd like to book a table for"
+    assert normalize("我想订一张。") == "我想订一张"
+
+
+def test_words_hold_an_open_ending_up_to_the_cap_and_commit_the_rest_at_once():
+    detector = TurnDetector(TurnConfig("words", cap_ms=1800), silence_ms=400)
+    held = detector.judge(1, "I'd like to book a table for.")
+    done = detector.judge(2, "I'd like to book a table for two people at eight tonight.")
+    assert (held.hold_ms, held.signal, held.detail) == (1800, "words", "ends with “for”")
+    assert (done.hold_ms, done.signal) == (0, "words")
+    assert detector.judge(3, "").hold_ms == 400  # no words: the fixed silence
+
+
+def test_off_is_the_fixed_silence():
+    detector = TurnDetector(TurnConfig("off"), silence_ms=400)
+    assert not detector.on
+    verdict = detector.judge(1, "I'd like to book a table for.")
+    assert (verdict.hold_ms, verdict.signal) == (400, "fixed")
+
+
+class ScriptedAgent:
+    """Records the turns the conversation starts and hands their transcript to `heard`."""
+
+    def __init__(self, detector: str, text: str) -> None:
+        self.cfg = AppConfig(primary=Endpoint("primary", "http://127.0.0.1:9/v1", "m"),
+                             turn=TurnConfig(detector, cap_ms=1500))
+        self.detector = TurnDetector(self.cfg.turn, self.cfg.vad.silence_ms)
+        self.text = text
+        self.started: list[Turn] = []
+
+    def new_turn(self, session: Session, source: str, last_voiced_ms=None) -> Turn:  # noqa: ANN001
+        turn = Turn(session, TurnMetrics(session.new_turn_id(), "primary", source=source),
+                    last_voiced_ms)
+        self.started.append(turn)
+        return turn
+
+    def run_turn(self, turn: Turn, audio=None, text: str = "", heard=None) -> None:  # noqa: ANN001
+        heard(turn, Transcript(turn.turn_id, self.text, "en", 0.0, 0.0), audio)
+        turn.wait_decided(5.0)  # as the real chain does before it lets the turn go
+
+
+def frames(audio: np.ndarray, start_ms: float = 0.0) -> list[MicFrame]:
+    step = 320  # 20 ms, as the page sends them
+    return [MicFrame(i // step, audio[i:i + step], start_ms + (i + step) / 16.0,
+                     time.perf_counter()) for i in range(0, len(audio) - step + 1, step)]
+
+
+def speak(text: str, detector: str, silence_s: float) -> tuple[Conversation, Session]:
+    """The question, then `silence_s` of silence, through the real endpointer; the
+    verdict is awaited between frames as the listener would receive it."""
+    speech, _ = sf.read(ASSETS / "en_capital.wav", dtype="float32")
+    agent = ScriptedAgent(detector, text)
+    conversation = Conversation(agent)  # type: ignore[arg-type]
+    session = Session("s")
+    listener = conversation.open(session)
+    audio = np.concatenate([speech, np.zeros(int(16000 * silence_s), np.float32)])
+    for frame in frames(audio):
+        listener.put(frame)
+        time.sleep(0.001)  # the verdict thread gets its turn between frames
+    listener.close()
+    listener.thread.join(10)
+    for turn in agent.started:
+        turn.thread.join(10)
+    return conversation, session
+
+
+def test_a_finished_sentence_commits_at_the_verdict_not_the_fixed_silence():
+    conversation, session = speak("What is the capital of France?", "words", 1.0)
+    (turn,) = conversation.agent.started
+    assert turn.committed and turn.metrics.eot_signal == "words: no open ending"
+    assert turn.verdict is not None and turn.verdict.hold_ms == 0
+
+
+def test_an_open_ending_holds_the_turn_until_the_cap():
+    conversation, session = speak("What is the capital of", "words", 1.0)
+    (turn,) = conversation.agent.started
+    assert not turn.committed  # 1 s of silence, a 1.5 s cap
+    conversation, session = speak("What is the capital of", "words", 2.0)
+    (turn,) = conversation.agent.started
+    assert turn.committed and turn.metrics.eot_signal.endswith("(cap)")
+
+
+def test_detector_off_commits_at_the_fixed_silence():
+    conversation, session = speak("What is the capital of", "off", 1.0)
+    (turn,) = conversation.agent.started
+    assert turn.committed and turn.metrics.eot_signal.startswith("silence 4")
+
+
+def test_frames_reports_and_verdicts_are_handled_on_one_thread_in_order():
+    """The page's reports used to be handled on the event loop while the frames were on the
+    listener thread, both writing the turn-taking state."""
+    agent = ScriptedAgent("off", "")
+    conversation = Conversation(agent)  # type: ignore[arg-type]
+    seen: list[tuple[str, str]] = []
+    handle = conversation.handle
+
+    def record(session: Session, item) -> None:  # noqa: ANN001
+        seen.append((type(item).__name__, threading.current_thread().name))
+        handle(session, item)
+
+    conversation.handle = record  # type: ignore[method-assign]
+    session = Session("s")
+    listener = conversation.open(session)
+    silence = np.zeros(320, np.float32)
+    items = [MicFrame(0, silence, 20.0, 0.0), PlayerReport("done", 7, 30.0),
+             MicFrame(1, silence, 40.0, 0.0), EndOfTurn(7, 0, "words", "", 0.0),
+             MicFrame(2, silence, 60.0, 0.0), PlayerReport("audible", 7, 70.0)]
+    senders = [threading.Thread(target=listener.put, args=(item,)) for item in items]
+    for sender in senders:  # put from other threads, as the event loop and turns do
+        sender.start()
+        sender.join()
+    listener.close()
+    listener.thread.join(5)
+    assert [kind for kind, _ in seen] == [type(i).__name__ for i in items] + ["str"]
+    assert {name for _, name in seen} == {listener.thread.name}
+    assert session.reply_ended_ms == 30.0
