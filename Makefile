@@ -48,13 +48,18 @@ build-env: .venv-build/.ok  ## the quantization environment (python -m build)
 	.venv-build/bin/python -m pip install -q -r requirements/build.txt
 	touch $@
 
-models: models/whisper-base/.ready models/smollm2-135m-instruct/.ready
+models: models/whisper-base/.ready models/smollm2-135m-instruct/.ready \
+	models/smart-turn-v3.2/.ready
 
 models/whisper-base/.ready: .venv/.ok
 	$(APP) -m app.prepare whisper
 
 models/smollm2-135m-instruct/.ready: .venv-vllm/.ok
 	$(VLLM) -m app.prepare smollm2
+
+# Smart Turn v3.2's ONNX file out of the pipecat-ai wheel (pipecat itself is not installed)
+models/smart-turn-v3.2/.ready: .venv/.ok
+	$(APP) -m app.prepare smartturn
 
 # espeak-ng: last-resort TTS; chromium: the page tests and the benchmark
 system:

@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
             except (LlmError, OSError) as exc:
                 print(f"warning: end of turn by the model's words is off: {exc}",
                       file=sys.stderr)
-                agent.detector.model = None
+                agent.detector.uses.discard("model")
         print(agent.detector.describe(), flush=True)
         if cfg.host not in ("127.0.0.1", "localhost", "::1"):
             print(f"warning: listening on {cfg.host}: anyone who can reach it and knows the "

