@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Protocol
 
 from app.config import Endpoint, LlmConfig
 from app.messages import ReplyDelta
@@ -28,7 +29,6 @@ class StreamStats:
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     finish_reason: str | None = None
-    text: list[str] = field(default_factory=list)
 
     @property
     def tokens(self) -> int:
@@ -77,7 +77,6 @@ def stream_chat(endpoint: Endpoint, messages: list[dict], cfg: LlmConfig, turn_i
                     stats.first = now
                 stats.last = now
                 stats.deltas += 1
-                stats.text.append(text)
                 yield ReplyDelta(turn_id, text, now)
                 if cancel is not None and cancel.is_set():
                     stats.finish_reason = "cancelled"
@@ -93,6 +92,23 @@ def stream_chat(endpoint: Endpoint, messages: list[dict], cfg: LlmConfig, turn_i
                        f"{_short(str(exc))}") from exc
     finally:
         stats.closed = time.perf_counter()
+
+
+class ChatStream(Protocol):
+    """The LLM stage of a turn: a streamed, timed chat completion (a test may script one)."""
+
+    def stream(self, endpoint: Endpoint, messages: list[dict], cfg: LlmConfig, turn_id: int,
+               stats: StreamStats, cancel: threading.Event | None = None
+               ) -> Iterator[ReplyDelta]: ...
+
+
+class OpenAIChat:
+    """The real stage: `stream_chat` through the openai client."""
+
+    def stream(self, endpoint: Endpoint, messages: list[dict], cfg: LlmConfig, turn_id: int,
+               stats: StreamStats, cancel: threading.Event | None = None
+               ) -> Iterator[ReplyDelta]:
+        return stream_chat(endpoint, messages, cfg, turn_id, stats, cancel)
 
 
 def _read_usage(usage, stats: StreamStats) -> None:  # noqa: ANN001 - openai CompletionUsage

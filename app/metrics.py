@@ -171,7 +171,9 @@ def fill_timeline(m: TurnMetrics, stamps: dict[str, float], last_voiced_ms: floa
         elif "first_sent" in line:  # a typed turn before any microphone frame: no offset
             line["audible"] = round(line["first_sent"] + m.playback_ms, 1)
     m.timeline = line
-    if not voice and "audible" in line:
+    if last_voiced_ms is not None and audible is not None:
+        m.v2v_ms = round(audible - last_voiced_ms, 1)  # the browser's clock alone
+    elif not voice and "audible" in line:
         m.v2v_ms = line["audible"]
 
     def span(a: str, b: str) -> float | None:
@@ -184,3 +186,25 @@ def fill_timeline(m: TurnMetrics, stamps: dict[str, float], last_voiced_ms: floa
     held = span("first_audio", "committed")
     m.held_ms = held if held is not None and held > 0 else None
     m.transport_ms = span("first_sent", "received")
+
+
+def fill_llm(m: TurnMetrics, stats, view=None) -> None:  # noqa: ANN001
+    """A request's figures from its stream (`app.llm.StreamStats`) and the server's own
+    view of it (`app.servermetrics.ServerView`, when the server publishes one)."""
+    m.ttft_ms = ms(stats.first - stats.sent) if stats.first else None
+    m.ms_per_token = token_gap_ms(stats.first, stats.last, stats.tokens) if stats.first else None
+    m.reply_tokens, m.prompt_tokens = stats.tokens, stats.prompt_tokens
+    m.cached_tokens = stats.cached_tokens
+    m.llm_turn_ms = ms(stats.closed - stats.sent) if stats.closed else None
+    if view is not None:
+        m.server_ttft_ms, m.server_itl_ms = view.ttft_ms, view.itl_ms
+        m.server_requests, m.prefix_hit_tokens = view.requests, view.prefix_hit_tokens
+
+
+def fill_rival(m: TurnMetrics, stats, view, error: str, cancelled: bool) -> None:  # noqa: ANN001
+    """The anchor's record of a turn: its request's figures, how it ended."""
+    if stats is not None:
+        fill_llm(m, stats, view)
+    if error:
+        m.error_stage, m.error = "llm", error
+    m.cancelled = cancelled

@@ -27,9 +27,9 @@ from app.asr import Asr
 from app.chunking import SentenceChunker
 from app.config import AppConfig, Endpoint
 from app.endofturn import TurnDetector
-from app.llm import LlmError, StreamStats, stream_chat
+from app.llm import ChatStream, LlmError, OpenAIChat, StreamStats
 from app.messages import ReplyPiece, SpeechChunk, Transcript
-from app.metrics import TurnMetrics, ms, token_gap_ms
+from app.metrics import TurnMetrics, fill_rival
 from app.padding import (
     CARD_BLOCKS,
     PaddingError,
@@ -37,7 +37,7 @@ from app.padding import (
     pad_to_block,
     system_token_counter,
 )
-from app.servermetrics import ServerView, ServerViews
+from app.servermetrics import ServerViews
 from app.session import Session
 from app.tts import FallbackTts, TtsError, language_of
 from app.turn import Turn
@@ -49,12 +49,14 @@ Heard = Callable[[Turn, Transcript, np.ndarray], None]
 class Agent:
     """The stages shared by every session: set up once, used by many turns."""
 
-    def __init__(self, cfg: AppConfig, asr: Asr | None = None, tts: FallbackTts | None = None):
+    def __init__(self, cfg: AppConfig, asr: Asr | None = None, tts: FallbackTts | None = None,
+                 llm: ChatStream | None = None):
         from app.tts import build_tts
 
         self.cfg = cfg
         self.asr = asr or Asr(cfg.asr)
         self.tts = tts or build_tts(cfg.tts)
+        self.llm = llm or OpenAIChat()
         self.persona = load_persona(cfg.persona)
         self.persona_note = "not padded"
         self.server_views = ServerViews()
@@ -127,10 +129,9 @@ class Agent:
                 tr = self.asr.process(turn.turn_id, audio)
             except Exception as exc:  # a broken model file or runtime error: report the stage
                 return self._fail(turn, "asr", f"speech recognition failed: {exc}")
-            turn.stamp("asr_end", tr.asr_end)
+            turn.transcribed(tr)
             if heard is not None:
                 heard(turn, tr, audio)
-            m.asr_ms = ms(tr.asr_end - tr.asr_start)
             text, language = tr.text, tr.language if language == "auto" else language
             if not text:
                 return self._fail(turn, "asr", "No words recognised; please try again.")
@@ -173,16 +174,14 @@ class Agent:
     def _stream(self, turn: Turn, endpoint: Endpoint, messages: list[dict],
                 pieces: queue.Queue) -> str:
         """Stream the reply into the turn and, cut into pieces, into the TTS queue."""
-        m, stats, chunker, error = turn.metrics, StreamStats(), SentenceChunker(), ""
+        stats, chunker, error = StreamStats(), SentenceChunker(), ""
         tag = TagStripper(self.cfg.persona_tag)
         index = 0
 
         def put(texts: list[str]) -> None:
             nonlocal index
             for text in texts:
-                if index == 0:
-                    turn.stamp("first_piece")
-                    m.first_piece_tokens = stats.deltas
+                turn.piece_cut(index, stats.deltas)
                 pieces.put(ReplyPiece(turn.turn_id, index, text, time.perf_counter(),
                                       stats.deltas))
                 index += 1
@@ -190,24 +189,20 @@ class Agent:
         before = self.server_views.before(endpoint)
         turn.stamp("llm_sent")
         try:
-            for delta in stream_chat(endpoint, messages, self.cfg.llm, turn.turn_id, stats,
-                                     turn.cancel):
-                turn.stamp("first_token", delta.t)
-                if m.ttft_ms is None:  # shown while the reply still streams
-                    m.ttft_ms = ms(delta.t - stats.sent)
-                turn.add_reply(delta.text)
+            for delta in self.llm.stream(endpoint, messages, self.cfg.llm, turn.turn_id, stats,
+                                         turn.cancel):
+                turn.on_delta(delta, stats.sent)
                 put(chunker.push(tag.push(delta.text)))
         except LlmError as exc:
             error = str(exc)
         if not turn.cancel.is_set():
             put(chunker.push(tag.flush()) + chunker.flush())
         pieces.put(None)
-        fill_llm_figures(m, stats)
-        fill_server_view(m, self.server_views.after(endpoint, before))
+        turn.streamed(stats, self.server_views.after(endpoint, before))
         return error
 
     def _speak(self, turn: Turn, pieces: queue.Queue, language: str) -> None:
-        m, session, engines = turn.metrics, turn.session, []
+        session = turn.session
         default = language if language in ("en", "zh") else "en"
         while (piece := pieces.get()) is not None:
             if turn.cancel.is_set():
@@ -216,16 +211,12 @@ class Agent:
                 pcm, rate, engine, note = self.tts.synthesize(
                     piece.text, language_of(piece.text, default=default))
             except TtsError as exc:
-                m.error_stage, m.error = "tts", str(exc)
+                turn.stage_failed("tts", str(exc))
                 session.touch(f"TTS failed: {exc}")
                 continue
-            label = f"{engine} ({note})" if note else engine
-            if label not in engines:
-                engines.append(label)
-                m.tts_engine = ", ".join(engines)
+            turn.spoke_with(f"{engine} ({note})" if note else engine)
             if note:
                 session.touch(f"Speaking with {engine}: {note}")
-            turn.stamp("first_audio")
             turn.emit_audio(SpeechChunk(turn.turn_id, piece.index, pcm, rate, piece.text,
                                         engine, time.perf_counter()))
 
@@ -240,15 +231,14 @@ class Agent:
         turn.add_reply(notice)
         pieces: queue.Queue = queue.Queue()
         for index, piece in enumerate(SentenceChunker(first_max_words=99).push(notice + " ")):
-            if index == 0:
-                turn.stamp("first_piece")
+            turn.piece_cut(index, 0)
             pieces.put(ReplyPiece(turn.turn_id, index, piece, time.perf_counter(), 0))
         pieces.put(None)
         self._speak(turn, pieces, language)
         turn.finish()
-        m.error_stage = "language"
-        m.error = (f"speech in {LANGUAGE_NAMES.get(language, language)}: the model speaks "
-                   f"{', '.join(self.cfg.model_languages)} only (notice given)")
+        turn.stage_failed("language", f"speech in {LANGUAGE_NAMES.get(language, language)}: "
+                          f"the model speaks {', '.join(self.cfg.model_languages)} only "
+                          "(notice given)")
         turn.refresh()
         turn.session.touch("Ready.")
         return m
@@ -264,41 +254,31 @@ class Agent:
         session = turn.session
         m = TurnMetrics(turn.turn_id, endpoint.name, source=turn.metrics.source,
                         model=endpoint.model, order=order)
-        with session.lock:
-            session.metrics.append(m)
+        turn.add_rival(m)
         if turn.cancel.is_set():
-            m.cancelled = True
+            fill_rival(m, None, None, "", cancelled=True)
             return m
         session.touch(f"Measuring {endpoint.name}...")
-        stats = StreamStats()
+        stats, error = StreamStats(), ""
         before = self.server_views.before(endpoint)
         try:
-            for _ in stream_chat(endpoint, messages, self.cfg.llm, turn.turn_id, stats,
-                                 turn.cancel):
+            for _ in self.llm.stream(endpoint, messages, self.cfg.llm, turn.turn_id, stats,
+                                     turn.cancel):
                 pass
         except LlmError as exc:
-            m.error_stage, m.error = "llm", str(exc)
-        fill_llm_figures(m, stats)
-        fill_server_view(m, self.server_views.after(endpoint, before))
-        m.cancelled = turn.cancel.is_set()
+            error = str(exc)
+        fill_rival(m, stats, self.server_views.after(endpoint, before), error,
+                   turn.cancel.is_set())
         session.touch()
         return m
 
     def _fail(self, turn: Turn, stage: str, message: str) -> TurnMetrics:
         """Report a failed turn once it is the user's (a discarded speculation says nothing)."""
-        m, session = turn.metrics, turn.session
         if not turn.committed and not turn.wait_decided():
-            return m
-        m.error_stage, m.error = stage, message
-        with session.lock:
-            if m not in session.metrics:
-                session.metrics.append(m)
-            session.chat.append({"role": "assistant", "content": f"⚠ {message}",
-                                 "metadata": {"title": f"{stage} error"}})
-        turn.refresh()
-        session.touch(f"Error ({stage}): {message}")
-        log.warning("turn %s failed at %s: %s", m.turn_id, stage, message)
-        return m
+            return turn.metrics
+        turn.fail(stage, message)
+        log.warning("turn %s failed at %s: %s", turn.turn_id, stage, message)
+        return turn.metrics
 
 
 def turn_detector(cfg: AppConfig) -> TurnDetector:
@@ -361,20 +341,6 @@ def history_start(n_messages: int, start: int, max_turns: int) -> int:
     if n_messages - start <= 2 * max_turns + pending:
         return start
     return n_messages - 2 * max(1, max_turns // 2) - pending
-
-
-def fill_llm_figures(m: TurnMetrics, stats: StreamStats) -> None:
-    m.ttft_ms = ms(stats.first - stats.sent) if stats.first else None
-    m.ms_per_token = token_gap_ms(stats.first, stats.last, stats.tokens) if stats.first else None
-    m.reply_tokens, m.prompt_tokens = stats.tokens, stats.prompt_tokens
-    m.cached_tokens = stats.cached_tokens
-    m.llm_turn_ms = ms(stats.closed - stats.sent) if stats.closed else None
-
-
-def fill_server_view(m: TurnMetrics, view: ServerView | None) -> None:
-    if view is not None:
-        m.server_ttft_ms, m.server_itl_ms = view.ttft_ms, view.itl_ms
-        m.server_requests, m.prefix_hit_tokens = view.requests, view.prefix_hit_tokens
 
 
 def load_persona(path: Path) -> str:

@@ -22,13 +22,15 @@ FONT = "font-family='sans-serif' font-size='11'"
 STAGES = [
     ("end-of-turn wait", "0", "committed"),
     ("ASR", "asr_start", "asr_end"),
+    ("end-of-turn verdict", "asr_end", "judged"),
     ("TTFT", "llm_sent", "first_token"),
     ("first piece tokens", "first_token", "first_piece"),
     ("TTS first audio", "first_piece", "first_audio"),
     ("transport", "first_sent", "received"),
     ("playback start", "received", "audible"),
 ]
-STAGE_COLORS = ["#999999", "#9467bd", "#d62728", "#ff7f0e", "#2ca02c", "#17becf", "#8c564b"]
+STAGE_COLORS = ["#999999", "#9467bd", "#bcbd22", "#d62728", "#ff7f0e", "#2ca02c", "#17becf",
+                "#8c564b"]
 
 
 def _nice_max(value: float) -> float:
@@ -142,7 +144,8 @@ def waterfall(last: TurnMetrics | None, anchor: TurnMetrics | None,
         bars = _bars_of(last.timeline)
         if anchor is not None and anchor.ttft_ms is not None and "llm_sent" in last.timeline:
             sent = last.timeline["llm_sent"]
-            bars.insert(3, ("anchor TTFT", sent, sent + anchor.ttft_ms, COLORS["anchor"]))
+            after_ttft = next((i + 1 for i, b in enumerate(bars) if b[0] == "TTFT"), len(bars))
+            bars.insert(after_ttft, ("anchor TTFT", sent, sent + anchor.ttft_ms, COLORS["anchor"]))
         blocks.append((f"turn {last.turn_id}", bars))
     lines = [r.timeline for r in session if r.timeline and not r.error]
     if len(lines) >= 2:

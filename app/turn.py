@@ -18,8 +18,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from app.messages import EndOfTurn, PlayerReport, SpeechChunk
-from app.metrics import TurnMetrics, fill_timeline
+from app.messages import EndOfTurn, PlayerReport, ReplyDelta, SpeechChunk, Transcript
+from app.metrics import TurnMetrics, fill_llm, fill_timeline, ms
 from app.session import Session
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,7 @@ class Turn:
     _reply_msg: dict | None = None
     _chat_reply: dict | None = None
     _interrupted: bool = False
+    _engines: list[str] = field(default_factory=list)
 
     @property
     def turn_id(self) -> int:
@@ -100,6 +101,56 @@ class Turn:
         return self._committed
 
     # --- what the stages produce --------------------------------------------------------------
+    def transcribed(self, tr: Transcript) -> None:
+        self.stamp("asr_end", tr.asr_end)
+        self.metrics.asr_ms = ms(tr.asr_end - tr.asr_start)
+
+    def on_delta(self, delta: ReplyDelta, sent: float) -> None:
+        """A piece of the reply streamed in (`sent`: when the request went)."""
+        self.stamp("first_token", delta.t)
+        if self.metrics.ttft_ms is None:  # shown while the reply still streams
+            self.metrics.ttft_ms = ms(delta.t - sent)
+        self.add_reply(delta.text)
+
+    def piece_cut(self, index: int, tokens: int) -> None:
+        """The chunker cut piece `index` after `tokens` reply tokens."""
+        if index == 0:
+            self.stamp("first_piece")
+            self.metrics.first_piece_tokens = tokens
+
+    def streamed(self, stats, view) -> None:  # noqa: ANN001 - app.llm.StreamStats, ServerView
+        """The reply's stream is over: its figures, and the server's own view of them."""
+        fill_llm(self.metrics, stats, view)
+
+    def spoke_with(self, engine: str) -> None:
+        """A piece was synthesised by `engine` (with the reason when it was a fallback)."""
+        self.stamp("first_audio")
+        if engine not in self._engines:
+            self._engines.append(engine)
+            self.metrics.tts_engine = ", ".join(self._engines)
+
+    def stage_failed(self, stage: str, message: str) -> None:
+        """A stage failed without ending the turn (a TTS piece), or said why the turn is
+        not an answer (a language notice)."""
+        self.metrics.error_stage, self.metrics.error = stage, message
+
+    def fail(self, stage: str, message: str) -> None:
+        """The turn failed at `stage`: its row says so, the conversation shows the message."""
+        m, s = self.metrics, self.session
+        m.error_stage, m.error = stage, message
+        with s.lock:
+            if m not in s.metrics:
+                s.metrics.append(m)
+            s.chat.append({"role": "assistant", "content": f"⚠ {message}",
+                           "metadata": {"title": f"{stage} error"}})
+        self.refresh()
+        s.touch(f"Error ({stage}): {message}")
+
+    def add_rival(self, m: TurnMetrics) -> None:
+        """Another endpoint's record of this turn (the A/B anchor), beside the primary's."""
+        with self.session.lock:
+            self.session.metrics.append(m)
+
     def set_user_text(self, text: str) -> None:
         with self.session.lock:
             self.user_text = text
@@ -178,8 +229,6 @@ class Turn:
         """The page's player said what it did with this turn's audio."""
         m = self.metrics
         if report.kind == "audible":
-            m.v2v_ms = _round(report.t_ms - self.last_voiced_ms) if self.last_voiced_ms \
-                is not None else None
             self.stamps["audible_ms"] = report.t_ms
             if report.received_ms is not None:
                 self.stamps["received_ms"] = report.received_ms

@@ -52,6 +52,8 @@ def figures_html(rows: list[TurnMetrics]) -> str:
     span = 2 * len(names)
     primary = last.get("primary")
     if primary is not None:
+        lines.append(f"<tr><td>end of turn by</td><td colspan='{span}' class='va-eot'>"
+                     f"{escape(primary.eot_signal or '–')}</td></tr>")
         lines.append(f"<tr><td>TTS engine</td><td colspan='{span}'>"
                      f"{escape(primary.tts_engine or '–')}</td></tr>")
     for n in names:
@@ -86,13 +88,13 @@ def medians_markdown(rows: list[TurnMetrics]) -> str:
 
 def turns_table(rows: list[TurnMetrics]) -> list[list]:
     return [[r.turn_id, r.endpoint, r.order or r.source] + [getattr(r, f) for f in FIGURES]
-            + [r.server_ttft_ms, r.tts_engine,
+            + [r.server_ttft_ms, r.eot_signal, r.tts_engine,
                r.error_stage or ("cut" if r.cancelled else "")]
             for r in rows]
 
 
 TABLE_HEADERS = ["turn", "endpoint", "order"] + [LABELS[f] for f in FIGURES] \
-    + ["server TTFT ms", "TTS engine", "note"]
+    + ["server TTFT ms", "end of turn by", "TTS engine", "note"]
 
 
 def pictures(rows: list[TurnMetrics]) -> list[str]:

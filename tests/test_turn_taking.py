@@ -25,7 +25,7 @@ from app.audio import resample
 from app.launch import AppServer
 from app.metrics import percentile
 from bench.page import open_page, start_recording
-from tests.conftest import ARTIFACTS, ASSETS, ROOT, app_args
+from tests.conftest import ARTIFACTS, ASSETS, ROOT, app_args, word_recall
 
 pytestmark = pytest.mark.integration
 RUNS = 10
@@ -326,6 +326,83 @@ def test_mandarin_with_a_mandarin_capable_setting_gets_a_mandarin_reply(zh_url, 
                 browser.close()
     record("Mandarin question, Mandarin-capable setting: a Mandarin reply, spoken", outcomes)
     assert sum(outcomes) >= NEEDED, (outcomes, replies)
+
+
+PAUSES_MS = [600 + round(300 * i / (RUNS - 1)) for i in range(RUNS)]  # 600 ... 900
+
+
+def paused_sentences() -> list[tuple[dict, np.ndarray]]:
+    """The labelled set's English sentences with a pause inside (voices no other test uses),
+    the pause made 600-900 ms long: each run is another sentence, another pause."""
+    labels = json.loads((ASSETS / "turns" / "labels.json").read_text())
+    chosen = [lb for lb in labels if lb["kind"] == "pause" and lb["lang"] == "en"][:RUNS]
+    out = []
+    for lb, pause_ms in zip(chosen, PAUSES_MS, strict=True):
+        x, _ = sf.read(ASSETS / "turns" / lb["file"], dtype="int16")
+        at, was = int(lb["pause_at_s"] * 16000), int(lb["pause_ms"] * 16)
+        gap = np.zeros(pause_ms * 16, np.int16)
+        out.append((lb | {"pause_ms": pause_ms}, np.concatenate([x[:at], gap, x[at + was:]])))
+    return out
+
+
+def test_a_pause_inside_a_sentence_does_not_end_the_turn(page, tt_url):
+    """"I'd like to book a table for ... two people at eight tonight": one turn, the whole
+    sentence, answered once. With the fixed silence every such pause cut the user off."""
+    since = log_lines()
+    outcomes, misses, signals = [], [], []
+    sid = page.evaluate("() => window.voiceAgent.sid")
+    for label, pcm in paused_sentences():
+        wait_for(page, quiet)
+        users = user_messages(page)
+        before = len(reports(log(page), "done"))
+        say(page, pcm)
+        wait_for(page, lambda e, n=before: len(reports(e, "done")) > n, timeout_s=90)
+        time.sleep(1.0)  # a reply to the sentence's second half would have started by now
+        new = user_messages(page)[len(users):]
+        rest = label["text"][len(label["prefix"]):]
+        ok = len(new) == 1 and word_recall(rest, new[0]) >= 0.5 \
+            and word_recall(label["prefix"], new[0]) >= 0.5
+        outcomes.append(ok)
+        rows = httpx.get(f"{tt_url}agent/export/{sid}.json", timeout=10).json()
+        signals += [r["eot_signal"] for r in rows[-1:]]
+        if not ok:
+            misses.append({"said": label["text"], "pause_ms": label["pause_ms"],
+                           "user_messages": new})
+    record("a 600-900 ms pause inside a sentence (the turn is not cut)", outcomes,
+           pauses_ms=PAUSES_MS, decided_by=signals)
+    assert sum(outcomes) >= NEEDED, failed(outcomes, page, since, misses=misses)
+
+
+def test_a_finished_question_is_answered_once_and_its_commit_is_recorded(page, tt_url):
+    """The other half of the end-of-turn decision: finished questions (the labelled set's,
+    voices no other test uses) each become one turn. How long after the last voiced frame
+    each committed is recorded (tests/artifacts/turn_taking.json), not asserted."""
+    labels = json.loads((ASSETS / "turns" / "labels.json").read_text())
+    chosen = [lb for lb in labels if lb["kind"] == "complete" and lb["lang"] == "en"][-RUNS:]
+    sid = page.evaluate("() => window.voiceAgent.sid")
+    outcomes, waits, signals = [], [], []
+    for label in chosen:
+        x, _ = sf.read(ASSETS / "turns" / label["file"], dtype="int16")
+        wait_for(page, quiet)
+        users = user_messages(page)
+        before = len(reports(log(page), "done"))
+        say(page, x)
+        wait_for(page, lambda e, n=before: len(reports(e, "done")) > n, timeout_s=90)
+        new = user_messages(page)[len(users):]
+        outcomes.append(len(new) == 1 and word_recall(label["text"], new[0]) >= 0.5)
+        row = httpx.get(f"{tt_url}agent/export/{sid}.json", timeout=10).json()[-1]
+        waits.append(row["eot_wait_ms"])
+        signals.append(row["eot_signal"])
+    known = [w for w in waits if w is not None]
+    record("a finished question becomes one turn", outcomes, signals=signals,
+           eot_wait_ms={"p50": percentile(known, 50), "p90": percentile(known, 90),
+                        "all": waits})
+    assert sum(outcomes) >= NEEDED, (outcomes, signals)
+
+
+def user_messages(page) -> list[str]:  # noqa: ANN001
+    return page.evaluate("() => [...document.querySelectorAll('#va-chat .message-row.user-row')]"
+                         ".map(e => e.innerText)")
 
 
 def has_cjk(text: str) -> bool:

@@ -1,0 +1,146 @@
+"""The turn's chain with scripted stages (the LLM and TTS Protocols; the real ones are in
+tests/test_pipeline.py): what reaches the history, the speaker and the records, and that
+only the Turn (app/turn.py) and the figures' own functions (app/metrics.py) write a record.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from app.config import AppConfig, Endpoint, LlmConfig
+from app.llm import LlmError, StreamStats
+from app.messages import ReplyDelta
+from app.metrics import TurnMetrics
+from app.pipeline import Agent
+from app.session import Session
+
+REPLY = ["小安：", "The capital", " of France", " is Paris.", " It lies", " on the Seine."]
+CLOSED = "http://127.0.0.1:9/v1"  # nothing listens: the servers' /metrics are not read
+
+
+class ScriptedLlm:
+    """Streams its script as a server would, timing it into `stats`; `fail_after` deltas
+    it raises LlmError (the server went away mid-stream)."""
+
+    def __init__(self, script: list[str], fail_after: int | None = None) -> None:
+        self.script, self.fail_after = script, fail_after
+        self.requests: list[tuple[str, list[dict]]] = []
+
+    def stream(self, endpoint: Endpoint, messages: list[dict], cfg: LlmConfig, turn_id: int,
+               stats: StreamStats, cancel: threading.Event | None = None
+               ) -> Iterator[ReplyDelta]:
+        self.requests.append((endpoint.name, messages))
+        stats.sent = time.perf_counter()
+        try:
+            for i, text in enumerate(self.script):
+                if i == self.fail_after:
+                    raise LlmError("the model stream broke (scripted)")
+                now = time.perf_counter()
+                stats.first = stats.first or now
+                stats.last, stats.deltas = now, stats.deltas + 1
+                yield ReplyDelta(turn_id, text, now)
+                if cancel is not None and cancel.is_set():
+                    return
+            stats.completion_tokens, stats.prompt_tokens = len(self.script), 42
+        finally:
+            stats.closed = time.perf_counter()
+
+
+class ScriptedTts:
+    """Half a second of a tone per piece."""
+
+    def __init__(self) -> None:
+        self.spoken: list[str] = []
+
+    def setup(self) -> None:
+        pass
+
+    def synthesize(self, text: str, language: str) -> tuple[np.ndarray, int, str, str]:
+        self.spoken.append(text)
+        t = np.arange(8000) / 16000
+        return (np.sin(2 * np.pi * 220 * t) * 8000).astype(np.int16), 16000, "scripted", ""
+
+
+def agent(llm: ScriptedLlm, anchor: bool = False) -> Agent:
+    cfg = AppConfig(primary=Endpoint("primary", CLOSED, "m"),
+                    anchor=Endpoint("anchor", CLOSED, "a") if anchor else None)
+    return Agent(cfg, tts=ScriptedTts(), llm=llm)  # type: ignore[arg-type]
+
+
+def typed_turn(a: Agent, text: str) -> tuple[Session, TurnMetrics, list]:
+    session = Session("s")
+    turn = a.new_turn(session, "text")
+    turn.collect = []
+    turn.commit("typed")
+    m = a.run_turn(turn, text=text)
+    return session, m, turn.collect
+
+
+@pytest.fixture
+def writers(monkeypatch):
+    """The module of every statement that sets a field of any TurnMetrics."""
+    seen: set[str] = set()
+    original = TurnMetrics.__setattr__
+
+    def recording(self, name: str, value: object) -> None:  # noqa: ANN001
+        seen.add(sys._getframe(1).f_globals["__name__"])
+        original(self, name, value)
+
+    monkeypatch.setattr(TurnMetrics, "__setattr__", recording)
+    return seen
+
+
+def test_a_turn_reaches_history_speaker_and_records_through_the_turn_alone(writers):
+    llm = ScriptedLlm(REPLY)
+    a = agent(llm, anchor=True)
+    session, m, chunks = typed_turn(a, "What is the capital of France?")
+    reply = "".join(REPLY)
+    assert session.history == [
+        {"role": "user", "content": "What is the capital of France?"},
+        {"role": "assistant", "content": reply}]
+    # the tag is kept in the text and not spoken; the first piece is short
+    assert a.tts.spoken[0] == "The capital of France is Paris." or \
+        len(a.tts.spoken[0].split()) <= 4
+    assert "小安" not in " ".join(a.tts.spoken)
+    assert [c.index for c in chunks] == list(range(len(chunks))) and len(chunks) >= 2
+    assert m.reply_tokens == len(REPLY) and m.ttft_ms is not None and m.tts_engine == "scripted"
+    assert m.first_piece_tokens is not None and m.eot_signal == "typed"
+    # the A/B: the same messages to the anchor after the primary, recorded beside it
+    assert [name for name, _ in llm.requests] == ["primary", "anchor"]
+    assert llm.requests[0][1] == llm.requests[1][1]
+    rows = {r.endpoint: r for r in session.metrics}
+    assert rows["anchor"].order == "after-primary" and rows["anchor"].reply_tokens == len(REPLY)
+    assert writers <= {"app.turn", "app.metrics"}, writers
+
+
+def test_a_stream_that_breaks_keeps_what_was_said_and_names_the_stage(writers):
+    a = agent(ScriptedLlm(REPLY, fail_after=4))
+    session, m, _ = typed_turn(a, "What is the capital of France?")
+    assert m.error_stage == "llm" and "scripted" in m.error
+    assert session.history[1]["content"] == "".join(REPLY[:4])
+    assert session.chat[1]["content"].endswith("[cut off]")
+    assert session.chat[-1]["content"].startswith("⚠")
+    assert writers <= {"app.turn", "app.metrics"}, writers
+
+
+def test_a_cancelled_turn_stops_reading_the_stream():
+    llm = ScriptedLlm(REPLY)
+    a = agent(llm)
+    session = Session("s")
+    turn = a.new_turn(session, "text")
+    turn.commit("typed")
+    original = turn.on_delta
+
+    def cancel_after_first(delta, sent):  # noqa: ANN001
+        original(delta, sent)
+        turn.cancel.set()
+
+    turn.on_delta = cancel_after_first  # type: ignore[method-assign]
+    m = a.run_turn(turn, text="Hello")
+    assert turn.reply == REPLY[0] and m.cancelled
