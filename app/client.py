@@ -21,8 +21,7 @@ import httpx
 import numpy as np
 
 from app.audio import resample
-from app.session import AUDIO_HEADER
-from app.transport import FRAME_HEADER
+from app.wire import AUDIO_HEADER, FRAME_HEADER
 
 FRAME_MS = 20
 

@@ -37,6 +37,8 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -54,6 +56,37 @@ CHECK_SAMPLES = 4 * 16000  # audio an interruption check reads
 ECHO_TAIL_MS = 200
 """Speech captured this soon after the paused reply went silent may still be its echo: the
 room's delay and reverberation, the browser's output buffer."""
+
+
+Utterance = Literal["over", "pending", "resumed", "turn"]
+
+
+@dataclass
+class Floor:
+    """Who has the floor in one session: the turn-taking state, written on the session's
+    turn-taking thread alone (`Listener`), read by the turn threads."""
+
+    current: Turn | None = None
+    """The turn being prepared or spoken (at most one)."""
+    turns: dict[int, Turn] = field(default_factory=dict)
+    """Recent turns by id, for the player's reports."""
+    speaking: int = 0
+    """Turn whose audio the page is playing (its "audible" report; 0: silent)."""
+    utterance: Utterance | None = None
+    """The user's current utterance while the agent speaks: None (none, or begun while the
+    agent was silent), "over" (begun over the reply, undecided), "pending" (the reply is
+    paused: interrupting if the user goes on), "resumed" (let go: echo, or short; later
+    speech is checked again) or "turn" (it interrupted: it becomes the next turn)."""
+    utterance_over: int = 0
+    """The reply the current utterance began over."""
+    reply_ended_ms: float | None = None
+    """Browser time at which the last reply played out (the page's "done")."""
+    paused_turn: int = 0
+    """Turn whose reply the page holds paused for the user's speech (0: none)."""
+    paused_silent_ms: float | None = None
+    """Browser time at which that pause went silent (the page's report; None until then)."""
+    echo_turns: set[int] = field(default_factory=set)
+    """Replies whose own voice came back as speech: later checks do not pause them."""
 
 
 MIC_STOP = "mic_stop"
@@ -98,6 +131,13 @@ class Conversation:
         self.detector: TurnDetector = agent.detector
         self._endpointers: dict[str, Endpointer] = {}
         self._listeners: dict[str, Listener] = {}
+        self._floors: dict[str, Floor] = {}
+
+    def floor(self, session: Session) -> Floor:
+        floor = self._floors.get(session.sid)
+        if floor is None:
+            floor = self._floors[session.sid] = Floor()
+        return floor
 
     def open(self, session: Session) -> Listener:
         """The page's audio channel opened: its turn-taking thread."""
@@ -106,6 +146,7 @@ class Conversation:
 
     def handle(self, session: Session, item: Item) -> None:
         """One item of the session's queue, on its turn-taking thread."""
+        f = self.floor(session)
         if isinstance(item, MicFrame):
             self.on_frame(session, item)
         elif isinstance(item, PlayerReport):
@@ -116,7 +157,7 @@ class Conversation:
             self.on_mic_stop(session)
         elif item == CLOSED:
             self.on_mic_stop(session)
-            session.speaking = 0  # nothing plays without a page
+            f.speaking = 0  # nothing plays without a page
             if self._listeners.get(session.sid) is not None \
                     and self._listeners[session.sid].session is session:
                 del self._listeners[session.sid]
@@ -155,7 +196,8 @@ class Conversation:
         threading.Thread(target=run, daemon=True, name=f"eot-{turn.turn_id}").start()
 
     def on_verdict(self, session: Session, result: EndOfTurn) -> None:
-        current = session.current
+        f = self.floor(session)
+        current = f.current
         if current is None or current.turn_id != result.turn_id or current.committed \
                 or current.cancel.is_set():
             return  # the user went on (or it committed at the cap) before it came
@@ -166,7 +208,8 @@ class Conversation:
 
     def _commit_if_decided(self, session: Session) -> None:
         """Commit the speculative turn once the silence is as long as its verdict asks."""
-        current = session.current
+        f = self.floor(session)
+        current = f.current
         if current is None or current.committed or current.verdict is None \
                 or current.cancel.is_set():
             return
@@ -178,23 +221,25 @@ class Conversation:
         endpointer.close()  # speech from here on is a new utterance (it interrupts)
 
     def on_mic_stop(self, session: Session) -> None:
+        f = self.floor(session)
         endpointer = self._endpointers.pop(session.sid, None)
         if endpointer is not None:
             endpointer.reset()
-        if session.utterance == "pending":
+        if f.utterance == "pending":
             self._resume(session)  # no more speech can come to decide it
-        session.utterance = None
+        f.utterance = None
         with session.lock:
-            current = session.current
+            current = f.current
         if current is not None and not current.committed:
             self._drop(session, current)
 
     def on_vad(self, session: Session, event: VadEvent) -> None:
+        f = self.floor(session)
         with session.lock:
-            current = session.current
-        speaking = session.speaking != 0
-        if session.utterance in ("over", "pending", "resumed") \
-                or (speaking and session.utterance is None):
+            current = f.current
+        speaking = f.speaking != 0
+        if f.utterance in ("over", "pending", "resumed") \
+                or (speaking and f.utterance is None):
             # speech over the agent: nothing but an interruption may come of it
             self._over_agent(session, event)
             return
@@ -209,7 +254,7 @@ class Conversation:
             if current is not None and not current.committed:
                 self._drop(session, current)
         elif event.kind == "end":
-            session.utterance = None
+            f.utterance = None
             reason = f"silence {round(event.frame_ms - event.last_voiced_ms)} ms" + \
                 (" (cap)" if self.detector.on else "")
             if current is not None and not current.committed and not current.cancel.is_set():
@@ -220,20 +265,21 @@ class Conversation:
                 turn.commit(reason)
 
     def _over_agent(self, session: Session, event: VadEvent) -> None:
+        f = self.floor(session)
         if event.kind == "speech_start":
-            if session.utterance is None:
-                session.utterance, session.utterance_over = "over", session.speaking
+            if f.utterance is None:
+                f.utterance, f.utterance_over = "over", f.speaking
         elif event.kind == "end":
-            if session.utterance == "pending":
+            if f.utterance == "pending":
                 self._resume(session)
-            elif session.utterance in ("over", "resumed") and not session.speaking:
+            elif f.utterance in ("over", "resumed") and not f.speaking:
                 self._after_the_reply(session, event)
-            session.utterance = None
-        elif event.kind == "pause" and session.utterance == "pending":
+            f.utterance = None
+        elif event.kind == "pause" and f.utterance == "pending":
             self._resume(session)  # it was short: a hum, a remark, or echo that stopped
-            session.utterance = "resumed"  # more speech in this utterance is checked afresh
+            f.utterance = "resumed"  # more speech in this utterance is checked afresh
         elif event.kind == "speech_long":
-            if session.utterance == "pending" and not self._after_silence(session, event):
+            if f.utterance == "pending" and not self._after_silence(session, event):
                 return  # the reply is not silent yet, or this is its echo's tail
             self._check_interruption(session, event)
 
@@ -242,32 +288,34 @@ class Conversation:
         turn if they spoke after the reply's last sample (its echo gone) and the words are
         neither the reply's own nor no words at all. Without this, the echo of a reply's
         last words became a turn the agent answered (the browser test's log)."""
-        ended = session.reply_ended_ms
+        f = self.floor(session)
+        ended = f.reply_ended_ms
         if ended is None or event.last_voiced_ms < ended + ECHO_TAIL_MS:
             return  # all of it under the reply: its echo, or a remark the reply covered
-        transcript, _, said = self._hear(session, session.utterance_over, event)
+        transcript, _, said = self._hear(session, f.utterance_over, event)
         log.info("speech going on after turn %s ended: %r (score %.2f) -> %s",
-                 session.utterance_over, transcript.text, transcript.score, said)
+                 f.utterance_over, transcript.text, transcript.score, said)
         if said not in ("echo", "noise"):
             turn = self.start(session, "voice", audio=event.audio,
                               last_voiced_ms=event.last_voiced_ms)
             turn.commit("speech after the reply")
 
-    @staticmethod
-    def _after_silence(session: Session, event: VadEvent) -> bool:
+    def _after_silence(self, session: Session, event: VadEvent) -> bool:
         """Whether this speech was captured after the paused reply went silent (the page's
         report) and its echo died away: only that is the user going on over the pause. On a
         busy machine the frames of the check's own ASR time come in late, in one burst."""
-        silent = session.paused_silent_ms
+        f = self.floor(session)
+        silent = f.paused_silent_ms
         return silent is not None and event.frame_ms >= silent + ECHO_TAIL_MS
 
     def _check_interruption(self, session: Session, event: VadEvent) -> None:
         """Another barge_in_ms of the user's speech over the agent: let the words decide."""
-        playing = session.turns.get(session.speaking)
+        f = self.floor(session)
+        playing = f.turns.get(f.speaking)
         if playing is None:
             return
-        pending = session.utterance == "pending"
-        if not pending and playing.turn_id not in session.echo_turns:
+        pending = f.utterance == "pending"
+        if not pending and playing.turn_id not in f.echo_turns:
             self._pause(session, playing.turn_id, event.frame_ms)
         transcript, spoken, said = self._hear(session, playing.turn_id, event)
         log.info("speech over turn %s (%s ms%s): %r (score %.2f) -> %s; the agent was "
@@ -275,33 +323,36 @@ class Conversation:
                  ", reply paused" if pending else "", transcript.text, transcript.score,
                  said, spoken[:160])
         if said == "command" or (pending and said == "words"):
-            session.utterance = "turn"  # its pause and end make the next turn
+            f.utterance = "turn"  # its pause and end make the next turn
             self.barge_in(session, cause_ms=event.frame_ms)
         elif said == "echo":
-            session.echo_turns.add(playing.turn_id)
-            session.utterance = "resumed"
+            f.echo_turns.add(playing.turn_id)
+            f.utterance = "resumed"
             self._resume(session)  # if it was paused
         else:  # words, a hum or a guess: interrupting only if the user goes on
-            if not session.paused_turn:
+            if not f.paused_turn:
                 self._pause(session, playing.turn_id, event.frame_ms)
-            session.utterance = "pending"
+            f.utterance = "pending"
 
     def _hear(self, session: Session, turn_id: int,
               event: VadEvent) -> tuple[Transcript, str, str]:
         """ASR of the utterance's last seconds (the words that decide, at one encoder
         window's cost however long the agent's echo has been going on) against what reply
         `turn_id` was saying: the transcript, the reply's text, the verdict."""
-        reply = session.turns.get(turn_id)
+        f = self.floor(session)
+        reply = f.turns.get(turn_id)
         spoken = " ".join(reply.pieces.values()) if reply is not None else ""
         transcript = self.agent.asr.process(turn_id, event.audio[-CHECK_SAMPLES:])
         return transcript, spoken, verdict(transcript.text, spoken, transcript.score)
 
     def _pause(self, session: Session, turn_id: int, cause_ms: float) -> None:
-        session.paused_turn, session.paused_silent_ms = turn_id, None
+        f = self.floor(session)
+        f.paused_turn, f.paused_silent_ms = turn_id, None
         session.send_event({"type": "pause", "turn": turn_id, "cause_ms": cause_ms})
 
     def _resume(self, session: Session) -> None:
-        turn_id, session.paused_turn = session.paused_turn, 0
+        f = self.floor(session)
+        turn_id, f.paused_turn = f.paused_turn, 0
         if turn_id:
             session.send_event({"type": "resume", "turn": turn_id})
 
@@ -309,14 +360,15 @@ class Conversation:
     def start(self, session: Session, source: str, audio=None, text: str = "",  # noqa: ANN001
               last_voiced_ms: float | None = None, committed: bool = False) -> Turn:
         """Run a turn on its own thread (voice: speculative until committed)."""
+        f = self.floor(session)
         turn = self.agent.new_turn(session, source, last_voiced_ms)
         if committed:
             turn.commit(source)
         with session.lock:
-            session.current = turn
-            session.turns[turn.turn_id] = turn
-            for old in list(session.turns)[:-KEEP_TURNS]:
-                del session.turns[old]
+            f.current = turn
+            f.turns[turn.turn_id] = turn
+            for old in list(f.turns)[:-KEEP_TURNS]:
+                del f.turns[old]
         turn.thread = threading.Thread(target=self._run, args=(turn, audio, text),
                                        daemon=True, name=f"turn-{turn.turn_id}")
         turn.thread.start()
@@ -324,13 +376,14 @@ class Conversation:
 
     def run_now(self, session: Session, source: str, audio=None, text: str = "") -> Turn:  # noqa: ANN001
         """A committed turn on the caller's thread (API uploads); its audio is collected."""
+        f = self.floor(session)
         self.barge_in(session)
         turn = self.agent.new_turn(session, source)
         turn.collect = []
         turn.commit("upload")
         with session.lock:
-            session.current = turn
-            session.turns[turn.turn_id] = turn
+            f.current = turn
+            f.turns[turn.turn_id] = turn
         self._run(turn, audio, text)
         return turn
 
@@ -340,6 +393,7 @@ class Conversation:
 
     def _run(self, turn: Turn, audio, text: str) -> None:  # noqa: ANN001
         session = turn.session
+        f = self.floor(session)
         try:
             self.agent.run_turn(turn, audio=audio, text=text, heard=self.judge)
         except Exception:  # a bug must not leave the session stuck "Thinking..."
@@ -347,21 +401,23 @@ class Conversation:
             session.touch("Error: the turn failed (see the app's log).")
         finally:
             with session.lock:
-                if session.current is turn:
-                    session.current = None
+                if f.current is turn:
+                    f.current = None
 
     def _drop(self, session: Session, turn: Turn) -> None:
+        f = self.floor(session)
         turn.discard()
         with session.lock:
-            if session.current is turn:
-                session.current = None
+            if f.current is turn:
+                f.current = None
 
     def barge_in(self, session: Session, cause_ms: float | None = None) -> None:
         """The user speaks over the agent: silence the player first, then cancel."""
+        f = self.floor(session)
         with session.lock:
-            current, session.current = session.current, None
-            playing = session.speaking  # a finished turn may still be playing
-        session.paused_turn = 0  # the stop ends a pause too
+            current, f.current = f.current, None
+            playing = f.speaking  # a finished turn may still be playing
+        f.paused_turn = 0  # the stop ends a pause too
         if playing or (current is not None and current.published):
             session.send_event({"type": "stop", "turn": playing or current.turn_id,
                                 "cause_ms": cause_ms})
@@ -370,12 +426,15 @@ class Conversation:
 
     # --- the page's player ------------------------------------------------------------------
     def on_report(self, session: Session, report: PlayerReport) -> None:
-        if report.kind in ("done", "stopped") and session.speaking == report.turn_id:
-            session.speaking = 0
+        f = self.floor(session)
+        if report.kind == "audible":
+            f.speaking = report.turn_id
+        if report.kind in ("done", "stopped") and f.speaking == report.turn_id:
+            f.speaking = 0
         if report.kind == "done":
-            session.reply_ended_ms = report.t_ms
-        if report.kind == "paused" and report.turn_id == session.paused_turn:
-            session.paused_silent_ms = report.t_ms
-        turn = session.turns.get(report.turn_id)
+            f.reply_ended_ms = report.t_ms
+        if report.kind == "paused" and report.turn_id == f.paused_turn:
+            f.paused_silent_ms = report.t_ms
+        turn = f.turns.get(report.turn_id)
         if turn is not None:
             turn.on_player(report)

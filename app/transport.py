@@ -1,8 +1,5 @@
-"""The page's audio channel: one WebSocket per page, both directions.
-
-Up: microphone frames of 20 ms (binary: browser capture time, sequence number, sample
-rate, int16 PCM) and the player's reports (JSON). Down: reply audio (binary, see
-`app.session.AUDIO_HEADER`) and player commands (JSON: stop, pause, resume).
+"""The page's audio channel on the server: one WebSocket per page, both directions (the
+messages: app/wire.py).
 
 Frames are resampled to 16 kHz by soxr's streaming resampler (continuous across frames,
 no aliasing) and handed to the session's listener thread, which runs the endpointer and
@@ -15,33 +12,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import struct
 import time
 
 import numpy as np
 
 from app.messages import MicFrame, PlayerReport
 from app.session import Session
+from app.wire import FRAME_HEADER, Outbox
 
 log = logging.getLogger(__name__)
-FRAME_HEADER = struct.Struct("<dII")
-"""A microphone frame from the page: capture time (browser ms), sequence number, rate."""
 ASR_RATE = 16000
 MAX_RATE = 192000
-
-
-class Outbox:
-    """Messages for one page's WebSocket, put from any thread, sent by the event loop."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.queue: asyncio.Queue = asyncio.Queue()
-
-    def send_bytes(self, data: bytes) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, data)
-
-    def send_json(self, event: dict) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, json.dumps(event))
 
 
 class FrameDecoder:

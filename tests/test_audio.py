@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 
 from app.audio import AudioInputError, check_length, resample, rms_dbfs
-from app.transport import FRAME_HEADER, FrameDecoder
+from app.transport import FrameDecoder
+from app.wire import FRAME_HEADER
 
 
 def test_resample_keeps_duration_and_pitch():

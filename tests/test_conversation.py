@@ -17,8 +17,8 @@ from app.endofturn import TurnDetector
 from app.messages import PlayerReport, Transcript, VadEvent
 from app.metrics import TurnMetrics
 from app.session import Session
-from app.transport import Outbox
 from app.turn import Turn
+from app.wire import Outbox
 
 REPLY = "The capital of France is Paris. It is a big city on the river Seine."
 
@@ -68,8 +68,9 @@ def talk(loop, script: list[tuple[str, float]]):  # noqa: ANN001, ANN201
     conversation = Conversation(agent)  # type: ignore[arg-type]
     session = Session("s")
     session.outbox = Outbox(loop)
-    session.speaking = 3
-    session.turns[3] = Turn(session, TurnMetrics(3, "primary"), pieces={0: REPLY})
+    floor = conversation.floor(session)
+    floor.speaking = 3
+    floor.turns[3] = Turn(session, TurnMetrics(3, "primary"), pieces={0: REPLY})
 
     def sent() -> list[str]:
         loop.run_until_complete(asyncio.sleep(0))  # the Outbox hands over on its loop
@@ -90,33 +91,36 @@ def event(kind: str, speech_ms: float = 500, seconds: float = 0.6,
 
 def test_a_command_stops_the_reply_at_the_first_check(loop):
     conversation, session, sent = talk(loop, [("Wait, stop.", -0.6)])
+    floor = conversation.floor(session)
     conversation.on_vad(session, event("speech_start"))
     assert sent() == []  # speech over the agent is not a turn (yet)
     conversation.on_vad(session, event("speech_long"))
     assert sent() == ["pause", "stop"]  # silent first, then cut
-    assert session.utterance == "turn" and session.paused_turn == 0
+    assert floor.utterance == "turn" and floor.paused_turn == 0
 
 
 def test_a_hum_pauses_the_reply_then_lets_it_go_on(loop):
     conversation, session, sent = talk(loop, [("and may come.", -0.95)])
+    floor = conversation.floor(session)
     conversation.on_vad(session, event("speech_long"))
-    assert sent() == ["pause"] and session.utterance == "pending"
+    assert sent() == ["pause"] and floor.utterance == "pending"
     conversation.on_vad(session, event("pause"))  # the user stopped: it was short
-    assert sent() == ["resume"] and session.utterance == "resumed"
+    assert sent() == ["resume"] and floor.utterance == "resumed"
     conversation.on_vad(session, event("end"))
-    assert sent() == [] and session.utterance is None
+    assert sent() == [] and floor.utterance is None
 
 
 def test_words_interrupt_only_if_the_user_goes_on(loop):
     conversation, session, sent = talk(loop, [("What about", -0.5),
                                               ("What about Spain, tell me", -0.4)])
+    floor = conversation.floor(session)
     conversation.on_vad(session, event("speech_long"))
     assert sent() == ["pause"]
     conversation.on_report(session, PlayerReport("paused", 3, t_ms=1010.0))
     conversation.on_vad(session, event("speech_long", speech_ms=1000, seconds=1.2,
                                        frame_ms=1500.0))
     assert sent() == ["stop"]  # already silent: the stop cuts it
-    assert session.utterance == "turn"
+    assert floor.utterance == "turn"
 
 
 def test_only_speech_after_the_reply_went_silent_goes_on(loop):
@@ -124,26 +128,28 @@ def test_only_speech_after_the_reply_went_silent_goes_on(loop):
     echo lasts until the page is silent: none of that is the user going on."""
     conversation, session, sent = talk(loop, [("the weather is", -0.5),
                                               ("What about Spain, tell me", -0.4)])
+    floor = conversation.floor(session)
     conversation.on_vad(session, event("speech_long"))
-    assert sent() == ["pause"] and session.utterance == "pending"
+    assert sent() == ["pause"] and floor.utterance == "pending"
     conversation.on_vad(session, event("speech_long", speech_ms=1000, frame_ms=1400.0))
-    assert sent() == [] and session.utterance == "pending"  # the page has not said "silent"
+    assert sent() == [] and floor.utterance == "pending"  # the page has not said "silent"
     conversation.on_report(session, PlayerReport("paused", 3, t_ms=1300.0))
     conversation.on_vad(session, event("speech_long", speech_ms=1500, frame_ms=1450.0))
     assert sent() == [] and len(conversation.agent.asr.script) == 1  # the echo's tail
     conversation.on_vad(session, event("speech_long", speech_ms=2000, frame_ms=1900.0))
-    assert sent() == ["stop"] and session.utterance == "turn"
+    assert sent() == ["stop"] and floor.utterance == "turn"
 
 
 def test_the_agents_own_voice_resumes_and_later_checks_do_not_pause(loop):
     conversation, session, sent = talk(loop, [("the capital of France is", -0.3),
                                               ("a big city on the river", -0.4)])
+    floor = conversation.floor(session)
     conversation.on_vad(session, event("speech_long"))
-    assert sent() == ["pause", "resume"] and 3 in session.echo_turns
+    assert sent() == ["pause", "resume"] and 3 in floor.echo_turns
     conversation.on_vad(session, event("speech_long", speech_ms=1000))
     assert sent() == []  # echo again, and this reply is known to echo: no pause
     conversation.on_vad(session, event("end"))
-    assert session.utterance is None
+    assert floor.utterance is None
 
 
 def test_the_check_reads_the_last_seconds_only(loop):
@@ -154,35 +160,38 @@ def test_the_check_reads_the_last_seconds_only(loop):
 
 def test_the_microphone_stopping_never_leaves_the_reply_paused(loop):
     conversation, session, sent = talk(loop, [("hmm hmm", -0.8)])
+    floor = conversation.floor(session)
     conversation.on_vad(session, event("speech_long"))
     assert sent() == ["pause"]
     conversation.on_mic_stop(session)
-    assert sent() == ["resume"] and session.utterance is None
+    assert sent() == ["resume"] and floor.utterance is None
 
 
 def test_the_echo_of_a_replys_last_words_is_not_a_turn(loop):
     """The reply plays out while its echo is still coming in: the utterance ends, nothing
     was said after the last sample, so no turn (the agent answered its own echo before)."""
     conversation, session, sent = talk(loop, [])
+    floor = conversation.floor(session)
     session.next_turn = 4
     conversation.on_vad(session, event("speech_start", frame_ms=1800.0))
-    assert session.utterance == "over"
+    assert floor.utterance == "over"
     conversation.on_report(session, PlayerReport("done", 3, t_ms=2000.0, heard=(1.0,)))
-    assert session.speaking == 0 and session.reply_ended_ms == 2000.0
+    assert floor.speaking == 0 and floor.reply_ended_ms == 2000.0
     conversation.on_vad(session, event("pause", last_voiced_ms=2060.0))
     conversation.on_vad(session, event("end", last_voiced_ms=2060.0))
-    assert conversation.agent.ran == [] and session.utterance is None
+    assert conversation.agent.ran == [] and floor.utterance is None
     assert sent() == []
 
 
 def test_the_user_going_on_after_the_reply_ended_gets_a_turn(loop):
     conversation, session, sent = talk(loop, [("and what about Spain", -0.4)])
+    floor = conversation.floor(session)
     session.next_turn = 4
     conversation.on_vad(session, event("speech_start", frame_ms=1800.0))
     conversation.on_report(session, PlayerReport("done", 3, t_ms=2000.0, heard=(1.0,)))
     conversation.on_vad(session, event("end", seconds=1.5, last_voiced_ms=3100.0))
-    session.turns[4].thread.join(5)
-    assert conversation.agent.ran == [(4, 24000)] and session.turns[4].committed
+    floor.turns[4].thread.join(5)
+    assert conversation.agent.ran == [(4, 24000)] and floor.turns[4].committed
 
 
 def test_an_echo_going_on_after_the_reply_is_still_no_turn(loop):

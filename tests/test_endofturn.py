@@ -161,4 +161,4 @@ def test_frames_reports_and_verdicts_are_handled_on_one_thread_in_order():
     listener.thread.join(5)
     assert [kind for kind, _ in seen] == [type(i).__name__ for i in items] + ["str"]
     assert {name for _, name in seen} == {listener.thread.name}
-    assert session.reply_ended_ms == 30.0
+    assert conversation.floor(session).reply_ended_ms == 30.0

@@ -9,28 +9,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Protocol
 
 import numpy as np
 
 from app.config import TtsConfig
+from app.tts.base import TtsEngine, TtsError
 
 log = logging.getLogger(__name__)
-
-
-class TtsError(RuntimeError):
-    pass
-
-
-class TtsEngine(Protocol):
-    name: str
-    languages: tuple[str, ...]
-
-    def setup(self) -> None: ...
-
-    def synthesize(self, text: str, language: str) -> tuple[np.ndarray, int]:
-        """Return mono int16 PCM and its sample rate; raise TtsError on failure."""
-        ...
+__all__ = ["FallbackTts", "TtsEngine", "TtsError", "build_tts", "language_of"]
 
 
 def language_of(text: str, default: str = "en") -> str:

@@ -8,7 +8,7 @@ import io
 import numpy as np
 
 from app.config import TtsConfig
-from app.tts import TtsError
+from app.tts.base import TtsError
 
 RATE = 24000
 

@@ -8,7 +8,7 @@ import subprocess
 
 import numpy as np
 
-from app.tts import TtsError
+from app.tts.base import TtsError
 
 VOICES = {"en": "en-us", "zh": "cmn"}
 

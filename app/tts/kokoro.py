@@ -13,7 +13,7 @@ import os
 import numpy as np
 
 from app.config import MODELS
-from app.tts import TtsError
+from app.tts.base import TtsError
 
 VOICE = "jf_alpha"
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.tts import TtsError
+from app.tts.base import TtsError
 
 
 class PiperTts:
