@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from app.config import AsrConfig
-from app.messages import Transcript
+from app.messages import RATE, Transcript
 
 # Whisper writes Mandarin in traditional characters unless the prompt shows simplified ones.
 _ZH_PROMPT = "以下是普通话的句子，使用简体中文。"
@@ -68,12 +68,12 @@ class Asr:
         # the first decode pays for lazy set-up (on a GPU: CUDA context, cuBLAS, kernels:
         # 13.4 s on the H200, docs/PERFORMANCE.md); pay it here, not in the user's first turn
         t0 = time.perf_counter()
-        noise = np.random.default_rng(0).normal(0, 0.01, 16000).astype(np.float32)
+        noise = np.random.default_rng(0).normal(0, 0.01, RATE).astype(np.float32)
         for model in filter(None, (self.model, self.detector)):
             self._decode_window(model, noise, "en" if model is self.model else "auto")
         self.warmup_ms = round((time.perf_counter() - t0) * 1000, 1)
 
-    def _open(self, source: str):  # noqa: ANN202 - faster_whisper.WhisperModel
+    def _open(self, source: str):  # faster_whisper.WhisperModel
         from faster_whisper import WhisperModel
 
         if source.startswith(("/", ".", "~")) and not Path(source).expanduser().is_dir():
@@ -97,7 +97,7 @@ class Asr:
         lang = language or self.cfg.language
         t0 = time.perf_counter()
         score = 0.0
-        if len(audio) / 16000 <= self.cfg.window_s - 1.0:
+        if len(audio) / RATE <= self.cfg.window_s - 1.0:
             text, detected, score = self._decode_window(self.model, audio, lang)
             if self.detector is not None and lang == "auto" and \
                     (score < UNSURE or compression_ratio(text) > MAX_COMPRESSION):
@@ -120,7 +120,7 @@ class Asr:
             detected = info.language
         return Transcript(turn_id, text, detected, t0, time.perf_counter(), score)
 
-    def _encode(self, model, audio: np.ndarray):  # noqa: ANN001, ANN202 - CTranslate2 types
+    def _encode(self, model, audio: np.ndarray):  # CTranslate2 types
         """The encoder output of `window_s` of mel frames (not Whisper's padded 30 s)."""
         import ctranslate2
 
@@ -136,7 +136,7 @@ class Asr:
         encoded = self._encode(self.detector, audio)
         return self.detector.model.detect_language(encoded)[0][0][0][2:-2]
 
-    def _decode_window(self, model, audio: np.ndarray,  # noqa: ANN001
+    def _decode_window(self, model, audio: np.ndarray,
                        lang: str) -> tuple[str, str, float]:
         """Encode only `window_s` of mel frames, then decode greedily (or by beam):
         (text, language, the decoder's mean log-probability per token)."""
@@ -155,7 +155,7 @@ class Asr:
         if lang != "en" and whisper.is_multilingual:  # simplified characters for Mandarin
             prompt = [tok.sot_prev, *tok.encode(" " + _ZH_PROMPT), *prompt]
         # a spoken turn holds at most ~5 tokens a second: a loop cannot run on
-        max_length = len(prompt) + int(16 + 8 * len(audio) / 16000)
+        max_length = len(prompt) + int(16 + 8 * len(audio) / RATE)
         text = ""
         for temperature in TEMPERATURES:  # faster-whisper's fallback, as `transcribe` does
             options = {"beam_size": self.cfg.beam_size} if temperature == 0 else \

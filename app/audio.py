@@ -7,14 +7,14 @@ from pathlib import Path
 
 import numpy as np
 
-ASR_RATE = 16000
+from app.messages import RATE
 
 
 class AudioInputError(ValueError):
     """Input audio the agent cannot use; the message is shown to the user as is."""
 
 
-def resample(x: np.ndarray, src: int, dst: int = ASR_RATE) -> np.ndarray:
+def resample(x: np.ndarray, src: int, dst: int = RATE) -> np.ndarray:
     """Resample mono float audio with soxr (band-limited: no aliasing)."""
     import soxr
 
@@ -34,7 +34,7 @@ def load_upload(path: str | Path, max_seconds: float, max_mb: float) -> np.ndarr
     from faster_whisper.audio import decode_audio
 
     try:
-        audio = decode_audio(str(p), sampling_rate=ASR_RATE)
+        audio = decode_audio(str(p), sampling_rate=RATE)
     except Exception as exc:  # PyAV raises many types for non-audio input
         raise AudioInputError(f"Could not read this file as audio ({type(exc).__name__}).") \
             from exc
@@ -42,7 +42,7 @@ def load_upload(path: str | Path, max_seconds: float, max_mb: float) -> np.ndarr
 
 
 def check_length(audio: np.ndarray, max_seconds: float) -> np.ndarray:
-    seconds = len(audio) / ASR_RATE
+    seconds = len(audio) / RATE
     if seconds < 0.1:
         raise AudioInputError("The recording is empty.")
     if seconds > max_seconds:

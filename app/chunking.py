@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 
+from app.language import is_cjk
+
 _ZH_END = "。！？；…"
 _EN_END = ".!?"
 _CLAUSE = ",，、:：;"
@@ -97,8 +99,8 @@ class SentenceChunker:
                     return i
                 if not first and words >= self.phrase_max_words:
                     return clause_cut or i
-            elif first and _width(buf[:i + 1]) >= self.first_max_width and _is_cjk(ch) \
-                    and not _is_cjk_run_start(buf, i):
+            elif first and _width(buf[:i + 1]) >= self.first_max_width and is_cjk(ch) \
+                    and not _is_last(buf, i):
                 # Mandarin: no spaces, so the first piece is cut by width at a character
                 return i + 1
         return None
@@ -118,19 +120,15 @@ def _is_abbreviation(head: str) -> bool:
     return low in ABBREVIATIONS or bool(_DOTTED.fullmatch(low))
 
 
-def _is_cjk(ch: str) -> bool:
-    return ord(ch) >= 0x2E80
-
-
-def _is_cjk_run_start(buf: str, i: int) -> bool:
-    """Never cut right before the text's last character: more may follow it."""
+def _is_last(buf: str, i: int) -> bool:
+    """Never cut at the text's last character so far: more of its word may follow."""
     return i == len(buf) - 1
 
 
 def _width(text: str) -> int:
     """Length in Latin-letter equivalents: a CJK character takes about as long to say as
     three letters of English."""
-    return sum(3 if _is_cjk(ch) else 1 for ch in text)
+    return sum(3 if is_cjk(ch) else 1 for ch in text)
 
 
 def split_all(text: str, **kwargs: int) -> list[str]:

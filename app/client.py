@@ -21,6 +21,7 @@ import httpx
 import numpy as np
 
 from app.audio import resample
+from app.messages import RATE
 from app.wire import AUDIO_HEADER, FRAME_HEADER
 
 FRAME_MS = 20
@@ -98,7 +99,7 @@ class VoiceClient:
     def stream(self, audio16k: np.ndarray) -> float:
         """Send `audio16k` (float32 in [-1, 1]) as 20 ms frames at the microphone's pace;
         return the client time of the last frame."""
-        x = (resample(audio16k.astype(np.float32), 16000, self.rate) * 32767).astype("<i2")
+        x = (resample(audio16k.astype(np.float32), RATE, self.rate) * 32767).astype("<i2")
         n = self._frame_samples
         start, t = now_ms(), now_ms()
         for i in range(0, len(x) - n + 1, n):
@@ -121,7 +122,7 @@ class VoiceClient:
         """Speak, then stay silent (as a microphone does) while the reply comes; return the
         reply once the app marks its end. Between silent frames the client waits on the
         socket, so a reply chunk is taken the moment it arrives (as the page's does)."""
-        lead = np.zeros(int(0.3 * 16000), np.float32)
+        lead = np.zeros(int(0.3 * RATE), np.float32)
         self.stream(np.concatenate([lead, speech16k.astype(np.float32)]))
         reply = Reply(last_frame_ms=now_ms())
         quiet = np.zeros(self._frame_samples, "<i2").tobytes()

@@ -44,7 +44,7 @@ import numpy as np
 
 from app.endofturn import TurnDetector
 from app.interruption import verdict
-from app.messages import EndOfTurn, MicFrame, PlayerReport, Transcript, VadEvent
+from app.messages import RATE, EndOfTurn, MicFrame, PlayerReport, Transcript, VadEvent
 from app.pipeline import Agent
 from app.session import Session
 from app.turn import Turn
@@ -52,7 +52,7 @@ from app.vad import Endpointer
 
 log = logging.getLogger(__name__)
 KEEP_TURNS = 20  # recent turns kept for late player reports
-CHECK_SAMPLES = 4 * 16000  # audio an interruption check reads
+CHECK_SAMPLES = 4 * RATE  # audio an interruption check reads
 ECHO_TAIL_MS = 200
 """Speech captured this soon after the paused reply went silent may still be its echo: the
 room's delay and reverberation, the browser's output buffer."""
@@ -97,7 +97,7 @@ Item = MicFrame | PlayerReport | EndOfTurn | str
 class Listener:
     """A session's turn-taking thread: frames, reports and verdicts in, decisions out."""
 
-    def __init__(self, session: Session, handle) -> None:  # noqa: ANN001 - Conversation.handle
+    def __init__(self, session: Session, handle) -> None:  # Conversation.handle
         self.session, self._handle = session, handle
         self.items: queue.Queue = queue.Queue(maxsize=1000)  # 20 s of frames
         self.thread = threading.Thread(target=self._run, daemon=True,
@@ -357,7 +357,7 @@ class Conversation:
             session.send_event({"type": "resume", "turn": turn_id})
 
     # --- turns ------------------------------------------------------------------------------
-    def start(self, session: Session, source: str, audio=None, text: str = "",  # noqa: ANN001
+    def start(self, session: Session, source: str, audio=None, text: str = "",
               last_voiced_ms: float | None = None, committed: bool = False) -> Turn:
         """Run a turn on its own thread (voice: speculative until committed)."""
         f = self.floor(session)
@@ -374,7 +374,7 @@ class Conversation:
         turn.thread.start()
         return turn
 
-    def run_now(self, session: Session, source: str, audio=None, text: str = "") -> Turn:  # noqa: ANN001
+    def run_now(self, session: Session, source: str, audio=None, text: str = "") -> Turn:
         """A committed turn on the caller's thread (API uploads); its audio is collected."""
         f = self.floor(session)
         self.barge_in(session)
@@ -391,7 +391,7 @@ class Conversation:
         self.barge_in(session)
         return self.start(session, "text", text=text, committed=True)
 
-    def _run(self, turn: Turn, audio, text: str) -> None:  # noqa: ANN001
+    def _run(self, turn: Turn, audio, text: str) -> None:
         session = turn.session
         f = self.floor(session)
         try:

@@ -166,7 +166,7 @@ class TurnDetector:
     """The end-of-turn decision the configuration asks for (`TurnConfig.detector`)."""
 
     def __init__(self, cfg: TurnConfig, silence_ms: int, endpoint: Endpoint | None = None,
-                 audio_model=None) -> None:  # noqa: ANN001 - app.smartturn.SmartTurn
+                 audio_model=None) -> None:  # app.smartturn.SmartTurn
         self.cfg, self.silence_ms = cfg, silence_ms
         self.uses = set(cfg.detector.split("+")) - {"off"}
         self.model = EndOfTurnModel(endpoint) if "model" in self.uses and endpoint else None

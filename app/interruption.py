@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import re
 
+from app.language import is_cjk
+
 # Words that acknowledge without taking the turn (lower case, punctuation stripped).
 BACKCHANNELS = frozenset({
     "mhm", "mm", "mmm", "hmm", "hm", "uh", "um", "huh", "uhhuh", "uh-huh", "yeah", "yes",
@@ -30,8 +32,8 @@ def words(text: str) -> list[str]:
     """Lower-case words; each CJK character counts as a word."""
     out: list[str] = []
     for token in re.findall(r"[\w'-]+", text.lower()):
-        if any("\u4e00" <= c <= "\u9fff" for c in token):
-            out += [c for c in token if "\u4e00" <= c <= "\u9fff"]
+        if any(is_cjk(c) for c in token):
+            out += [c for c in token if is_cjk(c)]
         else:
             out.append(token.strip("'-"))
     return [w for w in out if w]

@@ -35,7 +35,7 @@ class StreamStats:
         return self.completion_tokens if self.completion_tokens is not None else self.deltas
 
 
-def client_for(endpoint: Endpoint, timeout_s: float):  # noqa: ANN201 - openai.OpenAI
+def client_for(endpoint: Endpoint, timeout_s: float):  # openai.OpenAI
     from openai import OpenAI
 
     return OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key or "EMPTY",
@@ -44,7 +44,7 @@ def client_for(endpoint: Endpoint, timeout_s: float):  # noqa: ANN201 - openai.O
 
 def stream_chat(endpoint: Endpoint, messages: list[dict], cfg: LlmConfig, turn_id: int,
                 stats: StreamStats, cancel: threading.Event | None = None,
-                client=None) -> Iterator[ReplyDelta]:  # noqa: ANN001
+                client=None) -> Iterator[ReplyDelta]:
     """Yield reply text as it arrives. Greedy, thinking off, usage reported at the end."""
     import httpx
     import openai
@@ -111,7 +111,7 @@ class OpenAIChat:
         return stream_chat(endpoint, messages, cfg, turn_id, stats, cancel)
 
 
-def _read_usage(usage, stats: StreamStats) -> None:  # noqa: ANN001 - openai CompletionUsage
+def _read_usage(usage, stats: StreamStats) -> None:  # openai CompletionUsage
     stats.completion_tokens = usage.completion_tokens
     stats.prompt_tokens = usage.prompt_tokens
     details = getattr(usage, "prompt_tokens_details", None)
@@ -166,7 +166,7 @@ class ServerError(OSError):
     """A route of the model server failed: unreachable, or an HTTP error status."""
 
 
-def _request(url: str, body: dict | None, api_key: str, timeout_s: float):  # noqa: ANN202
+def _request(url: str, body: dict | None, api_key: str, timeout_s: float):
     """GET (or, with `body`, POST as JSON) with httpx, the HTTP client the openai client
     uses too; every failure becomes a ServerError."""
     import httpx

@@ -12,6 +12,8 @@ from typing import Literal
 
 import numpy as np
 
+RATE = 16000
+"""Audio between the stages is 16 kHz mono (the microphone's is resampled on arrival)."""
 VadKind = Literal["speech_start", "speech_long", "pause", "resume", "end"]
 ReportKind = Literal["audible", "paused", "stopped", "done"]
 Signal = Literal["words", "model", "audio", "fixed"]
@@ -109,10 +111,6 @@ class SpeechChunk:
     text: str
     engine: str
     t: float
-
-    @property
-    def seconds(self) -> float:
-        return len(self.pcm) / self.sample_rate
 
 
 @dataclass(frozen=True)

@@ -153,7 +153,7 @@ def from_json(text: str) -> list[TurnMetrics]:
 
 
 def fill_timeline(m: TurnMetrics, stamps: dict[str, float], last_voiced_ms: float | None,
-                  clock) -> None:  # noqa: ANN001 - app.clock.BrowserClock
+                  clock) -> None:  # app.clock.BrowserClock
     """Every stage figure of a turn from its stamps: server events (perf_counter seconds),
     and the player's `received_ms` / `audible_ms` (browser milliseconds)."""
     voice = last_voiced_ms is not None and clock.known
@@ -188,7 +188,7 @@ def fill_timeline(m: TurnMetrics, stamps: dict[str, float], last_voiced_ms: floa
     m.transport_ms = span("first_sent", "received")
 
 
-def fill_llm(m: TurnMetrics, stats, view=None) -> None:  # noqa: ANN001
+def fill_llm(m: TurnMetrics, stats, view=None) -> None:
     """A request's figures from its stream (`app.llm.StreamStats`) and the server's own
     view of it (`app.servermetrics.ServerView`, when the server publishes one)."""
     m.ttft_ms = ms(stats.first - stats.sent) if stats.first else None
@@ -201,7 +201,7 @@ def fill_llm(m: TurnMetrics, stats, view=None) -> None:  # noqa: ANN001
         m.server_requests, m.prefix_hit_tokens = view.requests, view.prefix_hit_tokens
 
 
-def fill_rival(m: TurnMetrics, stats, view, error: str, cancelled: bool) -> None:  # noqa: ANN001
+def fill_rival(m: TurnMetrics, stats, view, error: str, cancelled: bool) -> None:
     """The anchor's record of a turn: its request's figures, how it ended."""
     if stats is not None:
         fill_llm(m, stats, view)

@@ -80,7 +80,7 @@ class ServerViews:
         self._lock = threading.Lock()
         self.settle_s = settle_s
 
-    def before(self, endpoint) -> dict[str, float] | None:  # noqa: ANN001 - config.Endpoint
+    def before(self, endpoint) -> dict[str, float] | None:  # config.Endpoint
         with self._lock:
             if endpoint.base_url in self._last:
                 return self._last[endpoint.base_url]
@@ -89,7 +89,7 @@ class ServerViews:
             self._last[endpoint.base_url] = snap
         return snap
 
-    def after(self, endpoint, before: dict[str, float] | None) -> ServerView | None:  # noqa: ANN001
+    def after(self, endpoint, before: dict[str, float] | None) -> ServerView | None:
         if before is None:
             with self._lock:
                 self._last.pop(endpoint.base_url, None)  # try again next time

@@ -21,14 +21,14 @@ from typing import Any
 import numpy as np
 
 from app.config import MODELS
+from app.messages import RATE
 
-RATE = 16000
 WINDOW = 8 * RATE  # the model's 8 s: 800 frames of 10 ms
 MODEL_PATH = MODELS / "smart-turn-v3.2" / "smart-turn-v3.2-cpu.onnx"
 
 
 @cache
-def _mel() -> Any:  # noqa: ANN401 - faster_whisper's FeatureExtractor, imported lazily
+def _mel() -> Any:  # faster_whisper's FeatureExtractor, imported lazily
     from faster_whisper.feature_extractor import FeatureExtractor
 
     return FeatureExtractor(feature_size=80, sampling_rate=RATE)

@@ -16,12 +16,11 @@ import time
 
 import numpy as np
 
-from app.messages import MicFrame, PlayerReport
+from app.messages import RATE, MicFrame, PlayerReport
 from app.session import Session
 from app.wire import FRAME_HEADER, Outbox
 
 log = logging.getLogger(__name__)
-ASR_RATE = 16000
 MAX_RATE = 192000
 
 
@@ -41,7 +40,7 @@ class FrameDecoder:
             raise ValueError(f"microphone frame of {len(pcm)} samples at {rate} Hz: "
                              "at most 40 ms, 8-192 kHz")
         x = pcm.astype(np.float32) / 32768.0
-        if rate != ASR_RATE:
+        if rate != RATE:
             x = self._resample(x, rate)
         return MicFrame(seq, x, captured_ms, arrived)
 
@@ -51,7 +50,7 @@ class FrameDecoder:
         if self._resampler is None or rate != self._rate:
             # LQ: 6 ms of filter delay at 48 kHz (HQ 21 ms, VHQ 38 ms), and a 12 kHz tone
             # still comes out at -133 dB (measured: tests/test_audio.py)
-            self._resampler = soxr.ResampleStream(rate, ASR_RATE, 1, dtype="float32",
+            self._resampler = soxr.ResampleStream(rate, RATE, 1, dtype="float32",
                                                   quality="LQ")
             self._rate = rate
         return self._resampler.resample_chunk(x)
@@ -69,7 +68,7 @@ def _opt_float(value: object) -> float | None:
     return None if value is None else float(value)
 
 
-async def serve_socket(ws, session: Session, conversation) -> None:  # noqa: ANN001
+async def serve_socket(ws, session: Session, conversation) -> None:
     """Run one page's WebSocket until it closes (FastAPI `WebSocket`, app.conversation)."""
     from starlette.websockets import WebSocketDisconnect
 
@@ -109,7 +108,7 @@ async def serve_socket(ws, session: Session, conversation) -> None:  # noqa: ANN
         listener.close()
 
 
-def _on_text(text: str, session: Session, listener) -> None:  # noqa: ANN001 - Listener
+def _on_text(text: str, session: Session, listener) -> None:  # Listener
     try:
         event = json.loads(text)
         kind = event["type"]

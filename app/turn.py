@@ -18,6 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from app.language import has_cjk
 from app.messages import EndOfTurn, PlayerReport, ReplyDelta, SpeechChunk, Transcript
 from app.metrics import TurnMetrics, fill_llm, fill_timeline, ms
 from app.session import Session
@@ -118,7 +119,7 @@ class Turn:
             self.stamp("first_piece")
             self.metrics.first_piece_tokens = tokens
 
-    def streamed(self, stats, view) -> None:  # noqa: ANN001 - app.llm.StreamStats, ServerView
+    def streamed(self, stats, view) -> None:  # app.llm.StreamStats, ServerView
         """The reply's stream is over: its figures, and the server's own view of them."""
         fill_llm(self.metrics, stats, view)
 
@@ -263,7 +264,7 @@ def heard_text(pieces: dict[int, str], heard: tuple[float, ...]) -> str:
         if share >= 0.999:
             out.append(text)
         elif share > 0:
-            if any(ord(c) >= 0x2E80 for c in text):
+            if has_cjk(text):
                 out.append(text[:int(len(text) * share)])
             else:
                 words = text.split()

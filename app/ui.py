@@ -64,7 +64,7 @@ class VoiceUi:
         self.conversation.start_text(session, text)
         return "", session
 
-    def voice_turn(self, audio_path: str | None, session: Session | None):  # noqa: ANN201
+    def voice_turn(self, audio_path: str | None, session: Session | None):
         """One whole turn from an audio file: (transcript, reply, reply WAV, metrics)."""
         session = session or self.hub.create()
         cfg = self.agent.cfg
@@ -85,7 +85,7 @@ class VoiceUi:
         user, reply = (added + ["", ""])[:2]  # a failed turn adds nothing
         return user, reply, _write_wav(turn.collect or []), turn.metrics.to_dict(), session
 
-    def poll(self, session: Session | None):  # noqa: ANN201
+    def poll(self, session: Session | None):
         """What changed since the last tick; unchanged outputs are skipped, so the browser
         re-renders only those (a streamed reply changes the chat, not the plots)."""
         t0 = time.thread_time()

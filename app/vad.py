@@ -17,17 +17,16 @@ from collections import deque
 import numpy as np
 
 from app.config import VadConfig
-from app.messages import MicFrame, VadEvent, VadKind
+from app.messages import RATE, MicFrame, VadEvent, VadKind
 
 FRAME = 512  # samples at 16 kHz = 32 ms, the size Silero v6 expects
-FRAME_MS = FRAME * 1000 / 16000
+FRAME_MS = FRAME * 1000 / RATE
 CONTEXT = 64
-RATE = 16000
 PRE_ROLL_FRAMES = 10  # keep ~320 ms before the first speech frame
 HYSTERESIS = 0.15  # a frame is silent below threshold - this (Silero's own default)
 
 
-def _session():  # noqa: ANN202 - onnxruntime session, imported lazily
+def _session():  # onnxruntime session, imported lazily
     from faster_whisper.vad import get_vad_model
 
     return get_vad_model().session

@@ -32,7 +32,7 @@ def fake_mic_file(path: Path, clips: list[Path], gap_s: float) -> Path:
     return path
 
 
-def open_page(pw, url: str, mic_file: Path | None = None, cpus: str = "",  # noqa: ANN001, ANN201
+def open_page(pw, url: str, mic_file: Path | None = None, cpus: str = "",
               init_script: str = ""):
     """Open the page as a user would (permission granted, one click so audio may play).
 
@@ -62,12 +62,12 @@ def open_page(pw, url: str, mic_file: Path | None = None, cpus: str = "",  # noq
     return browser, page
 
 
-def start_recording(page) -> None:  # noqa: ANN001
+def start_recording(page) -> None:
     """Press the page's own microphone button and wait until frames flow."""
     page.wait_for_function("() => window.voiceAgent && window.voiceAgent.ready", timeout=30000)
     page.click("#va-mic-btn")
     page.wait_for_function("() => window.voiceAgent.sent > 5", timeout=30000)
 
 
-def stop_recording(page) -> None:  # noqa: ANN001
+def stop_recording(page) -> None:
     page.click("#va-mic-btn")

@@ -151,7 +151,7 @@ def run_pipeline(name: str, turns: int, mic: Path, baseline: str) -> dict:
             "rows": rows, "page_cost": page_cost}
 
 
-def browser_times(cdp) -> dict[str, float]:  # noqa: ANN001 - playwright CDPSession
+def browser_times(cdp) -> dict[str, float]:  # playwright CDPSession
     """The page's main-thread time so far, ms: all tasks, script, style + layout."""
     m = {x["name"]: x["value"] for x in cdp.send("Performance.getMetrics")["metrics"]}
     return {"browser_task_ms": m["TaskDuration"] * 1000,

@@ -136,7 +136,7 @@ def weights(endpoint: Endpoint) -> str:
     return f"dummy (dry-run {info.get('layout')}): random replies" if info else "real"
 
 
-def _streams(ep: Endpoint, messages, cfg: LlmConfig, streams: int, rnd: int,  # noqa: ANN001
+def _streams(ep: Endpoint, messages, cfg: LlmConfig, streams: int, rnd: int,
              records: list[Request]) -> dict:
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=streams) as pool:

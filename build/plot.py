@@ -8,7 +8,7 @@ from pathlib import Path
 COLORS = [(214, 39, 40), (31, 119, 180), (44, 160, 44), (255, 127, 14)]
 
 
-def strip_chart(result: dict, path: Path, figures=("ttft_ms", "ms_per_token")) -> Path:  # noqa: ANN001
+def strip_chart(result: dict, path: Path, figures=("ttft_ms", "ms_per_token")) -> Path:
     from PIL import Image, ImageDraw
 
     names = [e["name"] for e in result["endpoints"]]

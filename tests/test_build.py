@@ -45,7 +45,7 @@ def lowlat(tiny_base):
     return out
 
 
-def tensor_bytes(path, key):  # noqa: ANN001
+def tensor_bytes(path, key):
     entries, base = read_header(path)
     start, end = entries[key]["data_offsets"]
     with open(path, "rb") as f:
@@ -53,7 +53,7 @@ def tensor_bytes(path, key):  # noqa: ANN001
         return entries[key]["dtype"], entries[key]["shape"], f.read(end - start)
 
 
-def locate(model_dir, key):  # noqa: ANN001
+def locate(model_dir, key):
     index = json.loads((model_dir / "model.safetensors.index.json").read_text())["weight_map"]
     return model_dir / index[key]
 

@@ -13,7 +13,7 @@ from build.bundle import resolve, write_parts
 from tests.conftest import ROOT
 
 
-def make_wheel(path, name: str = "tinydep", requires: tuple[str, ...] = ()) -> None:  # noqa: ANN001
+def make_wheel(path, name: str = "tinydep", requires: tuple[str, ...] = ()) -> None:
     """A minimal real wheel: one module, dist-info with METADATA, WHEEL and RECORD."""
     with zipfile.ZipFile(path, "w") as z:
         z.writestr(f"{name}/__init__.py", "VALUE = 42\n")
@@ -44,7 +44,7 @@ def bundle(tmp_path):
     return out
 
 
-def unpack(src, target):  # noqa: ANN001, ANN201
+def unpack(src, target):
     return subprocess.run([sys.executable, str(ROOT / "build" / "bundle.py"), "unpack",
                            str(src), "--target", str(target)], capture_output=True, text=True,
                           timeout=300)

@@ -88,7 +88,7 @@ def writers(monkeypatch):
     seen: set[str] = set()
     original = TurnMetrics.__setattr__
 
-    def recording(self, name: str, value: object) -> None:  # noqa: ANN001
+    def recording(self, name: str, value: object) -> None:
         seen.add(sys._getframe(1).f_globals["__name__"])
         original(self, name, value)
 
@@ -137,7 +137,7 @@ def test_a_cancelled_turn_stops_reading_the_stream():
     turn.commit("typed")
     original = turn.on_delta
 
-    def cancel_after_first(delta, sent):  # noqa: ANN001
+    def cancel_after_first(delta, sent):
         original(delta, sent)
         turn.cancel.set()
 

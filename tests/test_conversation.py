@@ -46,11 +46,11 @@ class ScriptedAgent:
         self.detector = TurnDetector(TurnConfig("off"), self.cfg.vad.silence_ms)
         self.ran: list[tuple[int, int]] = []
 
-    def new_turn(self, session: Session, source: str, last_voiced_ms=None) -> Turn:  # noqa: ANN001
+    def new_turn(self, session: Session, source: str, last_voiced_ms=None) -> Turn:
         return Turn(session, TurnMetrics(session.new_turn_id(), "primary", source=source),
                     last_voiced_ms)
 
-    def run_turn(self, turn: Turn, audio=None, text: str = "", heard=None) -> None:  # noqa: ANN001
+    def run_turn(self, turn: Turn, audio=None, text: str = "", heard=None) -> None:
         self.ran.append((turn.turn_id, 0 if audio is None else len(audio)))
 
 
@@ -61,7 +61,7 @@ def loop():
     loop.close()
 
 
-def talk(loop, script: list[tuple[str, float]]):  # noqa: ANN001, ANN201
+def talk(loop, script: list[tuple[str, float]]):
     """A session whose reply (turn 3) is playing, a conversation with the scripted ASR, and
     a function returning the player commands sent since it was last called."""
     agent = ScriptedAgent(ScriptedAsr(script))

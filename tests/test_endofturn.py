@@ -76,13 +76,13 @@ class ScriptedAgent:
         self.text = text
         self.started: list[Turn] = []
 
-    def new_turn(self, session: Session, source: str, last_voiced_ms=None) -> Turn:  # noqa: ANN001
+    def new_turn(self, session: Session, source: str, last_voiced_ms=None) -> Turn:
         turn = Turn(session, TurnMetrics(session.new_turn_id(), "primary", source=source),
                     last_voiced_ms)
         self.started.append(turn)
         return turn
 
-    def run_turn(self, turn: Turn, audio=None, text: str = "", heard=None) -> None:  # noqa: ANN001
+    def run_turn(self, turn: Turn, audio=None, text: str = "", heard=None) -> None:
         heard(turn, Transcript(turn.turn_id, self.text, "en", 0.0, 0.0), audio)
         turn.wait_decided(5.0)  # as the real chain does before it lets the turn go
 
@@ -142,7 +142,7 @@ def test_frames_reports_and_verdicts_are_handled_on_one_thread_in_order():
     seen: list[tuple[str, str]] = []
     handle = conversation.handle
 
-    def record(session: Session, item) -> None:  # noqa: ANN001
+    def record(session: Session, item) -> None:
         seen.append((type(item).__name__, threading.current_thread().name))
         handle(session, item)
 

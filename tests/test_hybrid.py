@@ -23,7 +23,7 @@ def hybrid(tiny_hybrid_server):
     return Endpoint("hybrid", tiny_hybrid_server.base_url, tiny_hybrid_server.served_name)
 
 
-def cached(endpoint, system: str, question: str) -> int:  # noqa: ANN001
+def cached(endpoint, system: str, question: str) -> int:
     stats = StreamStats()
     list(stream_chat(endpoint, [{"role": "system", "content": system},
                                 {"role": "user", "content": question}],

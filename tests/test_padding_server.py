@@ -13,7 +13,7 @@ pytestmark = pytest.mark.integration
 QUESTIONS = ["What is the capital of France?", "Tell me a joke.", "How are you today?"]
 
 
-def ask(endpoint, system: str, question: str) -> StreamStats:  # noqa: ANN001
+def ask(endpoint, system: str, question: str) -> StreamStats:
     stats = StreamStats()
     list(stream_chat(endpoint, [{"role": "system", "content": system},
                                 {"role": "user", "content": question}],

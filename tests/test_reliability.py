@@ -37,7 +37,7 @@ pytestmark = pytest.mark.integration
 FIGURES: dict = {}
 
 
-def record(**figures) -> None:  # noqa: ANN003
+def record(**figures) -> None:
     FIGURES.update(figures)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "reliability.json").write_text(json.dumps(FIGURES, indent=1))
@@ -81,7 +81,7 @@ def test_model_server_killed_mid_reply_then_back(own_server):
     session = Session("restart")
     chunks: list = []
 
-    def turn(i: int, text: str):  # noqa: ANN202
+    def turn(i: int, text: str):
         m, spoken = run_turn(agent, session, text)
         chunks.extend(spoken)
         return m

@@ -99,15 +99,15 @@ def b64(pcm: np.ndarray) -> str:
     return base64.b64encode(pcm.astype("<i2").tobytes()).decode()
 
 
-def say(page, pcm: np.ndarray, gain: float = 1.0) -> float:  # noqa: ANN001
+def say(page, pcm: np.ndarray, gain: float = 1.0) -> float:
     return page.evaluate("(a) => window.__mic.play(a.b, 16000, a.g)", {"b": b64(pcm), "g": gain})
 
 
-def log(page) -> list[dict]:  # noqa: ANN001
+def log(page) -> list[dict]:
     return page.evaluate("() => window.voiceAgent.log")
 
 
-def wait_for(page, pred, timeout_s: float = 60.0) -> list[dict]:  # noqa: ANN001
+def wait_for(page, pred, timeout_s: float = 60.0) -> list[dict]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         entries = log(page)
@@ -122,7 +122,7 @@ def reports(entries: list[dict], kind: str) -> list[dict]:
 
 
 @contextmanager
-def new_page(pw, url: str):  # noqa: ANN001, ANN201
+def new_page(pw, url: str):
     """A new page (a new conversation) with the scripted microphone, recording."""
     browser, pg = open_page(pw, url, init_script=SCRIPTED_MIC)
     try:
@@ -146,7 +146,7 @@ def ending(entries: list[dict], turn: int) -> str | None:
                  if x["type"] in ("done", "stopped") and x["turn"] == turn), None)
 
 
-def playing(page, turn: int) -> bool:  # noqa: ANN001
+def playing(page, turn: int) -> bool:
     """The reply of `turn` has neither played out nor been stopped yet."""
     return ending(log(page), turn) is None
 
@@ -157,7 +157,7 @@ def quiet(entries: list[dict]) -> bool:
     return all(x["turn"] in over for x in reports(entries, "audible"))
 
 
-def ask_and_wait_audible(page, clips) -> int:  # noqa: ANN001
+def ask_and_wait_audible(page, clips) -> int:
     """Once the agent is silent (as a person would wait), say the question; return the turn
     id of the reply once it is audible. A run that went wrong (the echo taken for a question)
     does not spill into the next."""
@@ -168,7 +168,7 @@ def ask_and_wait_audible(page, clips) -> int:  # noqa: ANN001
     return reports(entries, "audible")[-1]["turn"]
 
 
-def finished(page, turn: int, timeout_s: float = 60.0) -> str:  # noqa: ANN001
+def finished(page, turn: int, timeout_s: float = 60.0) -> str:
     """"done" if the reply played to its end, "stopped" if it was cut."""
     return ending(wait_for(page, lambda e: ending(e, turn) is not None, timeout_s), turn)
 
@@ -181,7 +181,7 @@ def checks(since: int = 0) -> list[str]:
             if " app.conversation: " in line or " app.turn: " in line]
 
 
-def failed(outcomes: list[bool], page=None, since: int = 0, **extra: object) -> str:  # noqa: ANN001
+def failed(outcomes: list[bool], page=None, since: int = 0, **extra: object) -> str:
     """A failure message in full (pytest shortens a non-string one): the outcomes, the
     app's checks, the player's last reports."""
     lines = [f"outcomes: {outcomes}", *(f"{k}: {v}" for k, v in extra.items()),
@@ -400,7 +400,7 @@ def test_a_finished_question_is_answered_once_and_its_commit_is_recorded(page, t
     assert sum(outcomes) >= NEEDED, (outcomes, signals)
 
 
-def user_messages(page) -> list[str]:  # noqa: ANN001
+def user_messages(page) -> list[str]:
     return page.evaluate("() => [...document.querySelectorAll('#va-chat .message-row.user-row')]"
                          ".map(e => e.innerText)")
 

@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from app.config import TtsConfig
+from app.language import is_cjk
 from app.tts.base import TtsEngine, TtsError
 
 log = logging.getLogger(__name__)
@@ -21,7 +22,7 @@ __all__ = ["FallbackTts", "TtsEngine", "TtsError", "build_tts", "language_of"]
 
 def language_of(text: str, default: str = "en") -> str:
     """"zh" when the text is mostly CJK, else "en" (or the given default for empty text)."""
-    cjk = sum(1 for ch in text if "\u4e00" <= ch <= "\u9fff")
+    cjk = sum(1 for ch in text if is_cjk(ch) and ch.isalpha())
     latin = sum(1 for ch in text if ch.isascii() and ch.isalpha())
     if not cjk and not latin:
         return default
