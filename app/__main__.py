@@ -56,9 +56,6 @@ def apply_demo_preset(args: argparse.Namespace) -> None:
         args.repetition_penalty = 1.15  # the 135M model loops under pure greedy decoding
     if args.model_languages is None:
         args.model_languages = "en"  # SmolLM2-135M speaks English only
-    if args.turn_detector is None:
-        # the model's signal costs a second of this CPU per pause (docs/PERFORMANCE.md)
-        args.turn_detector = "words"
     if not args.cpus:
         args.cpus = app_cpus()  # off the core vLLM's worker spins on
         args.asr_cpus = args.asr_cpus or all_cpus()

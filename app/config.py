@@ -49,7 +49,7 @@ class TurnConfig:
     """The end of a turn by what was said (app/endofturn.py); thresholds chosen on the
     labelled set of `python -m bench.turn_detection` (docs/PERFORMANCE.md)."""
 
-    detector: str = "words+model"
+    detector: str = "words"
     """"off" (the fixed silence, `VadConfig.silence_ms`), or the signals joined by "+":
     "words" (an open ending such as "for", "and", "因为"), "model" (the served model's
     probability that the message ends there), "audio" (Smart Turn v3.2 on the voice)."""
@@ -196,11 +196,11 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--vad-threshold", type=float, default=VadConfig.threshold)
     g.add_argument("--eager-ms", type=int, default=VadConfig.eager_ms,
                    help="silence after which a turn starts speculatively (0: off)")
-    g.add_argument("--turn-detector", default=None, choices=DETECTORS,
+    g.add_argument("--turn-detector", default=TurnConfig.detector, choices=DETECTORS,
                    help="how the end of a turn is decided: off (the fixed --vad-silence-ms), "
                    "or signals joined by +: words (an open ending: 'for', 'and', '因为'), "
                    "model (the served model's end-of-message probability), audio (Smart "
-                   "Turn v3.2); default: words+model, on the CPU demo words")
+                   "Turn v3.2)")
     g.add_argument("--turn-cap-ms", type=positive_int, default=TurnConfig.cap_ms,
                    help="an unfinished utterance commits anyway after this much silence")
     g.add_argument("--barge-in-ms", type=positive_int, default=VadConfig.barge_in_ms,
@@ -306,8 +306,7 @@ def from_args(args: argparse.Namespace) -> AppConfig:
         language=args.language or "auto",
         vad=VadConfig(threshold=args.vad_threshold, silence_ms=args.vad_silence_ms,
                       eager_ms=args.eager_ms, barge_in_ms=args.barge_in_ms),
-        turn=TurnConfig(detector=args.turn_detector or TurnConfig.detector,
-                        cap_ms=args.turn_cap_ms),
+        turn=TurnConfig(detector=args.turn_detector, cap_ms=args.turn_cap_ms),
         asr=AsrConfig(model=args.asr_model, language=args.language or "auto",
                       cpus=parse_cpus(args.asr_cpus), detect_model=args.asr_detect_model,
                       device=args.asr_device,
