@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -45,6 +46,7 @@ import numpy as np
 from app.endofturn import TurnDetector
 from app.interruption import verdict
 from app.messages import RATE, EndOfTurn, MicFrame, PlayerReport, Transcript, VadEvent
+from app.metrics import TurnMetrics
 from app.pipeline import Agent
 from app.session import Session
 from app.turn import Turn
@@ -62,9 +64,31 @@ Utterance = Literal["over", "pending", "resumed", "turn"]
 
 
 @dataclass
+class AbJob:
+    """The A/B anchor's request for a finished turn: sent when the conversation is idle,
+    cancelled by the user's next turn and sent again (sequential A/B)."""
+
+    turn: Turn
+    messages: list[dict]
+    ready: float = field(default_factory=time.perf_counter)
+    """When the primary turn finished."""
+    cancel: threading.Event = field(default_factory=threading.Event)
+    tries: int = 0
+    record: TurnMetrics | None = None
+
+
+@dataclass(frozen=True)
+class AbDone:
+    """An anchor request's thread ended (run to its end, or cancelled)."""
+
+    job: AbJob
+
+
+@dataclass
 class Floor:
-    """Who has the floor in one session: the turn-taking state, written on the session's
-    turn-taking thread alone (`Listener`), read by the turn threads."""
+    """Who has the floor in one session: the turn-taking state. The microphone, the
+    player's reports, the verdicts and the A/B change it on the session's turn-taking thread
+    (`Listener`); typed and uploaded turns start under the session's lock."""
 
     current: Turn | None = None
     """The turn being prepared or spoken (at most one)."""
@@ -87,11 +111,16 @@ class Floor:
     """Browser time at which that pause went silent (the page's report; None until then)."""
     echo_turns: set[int] = field(default_factory=set)
     """Replies whose own voice came back as speech: later checks do not pause them."""
+    ab_waiting: list[AbJob] = field(default_factory=list)
+    ab_running: AbJob | None = None
 
 
 MIC_STOP = "mic_stop"
+TICK = "tick"
+TICK_S = 0.1
 CLOSED = "closed"
-Item = MicFrame | PlayerReport | EndOfTurn | str
+Item = MicFrame | PlayerReport | EndOfTurn | AbJob | AbDone | str
+AB_TRIES = 3  # an anchor request cancelled this often by the user's turns is given up
 
 
 class Listener:
@@ -116,7 +145,10 @@ class Listener:
 
     def _run(self) -> None:
         while True:
-            item = self.items.get()
+            try:
+                item = self.items.get(timeout=TICK_S)
+            except queue.Empty:
+                item = TICK  # no frames (the microphone is off): the A/B may still be due
             try:
                 self._handle(self.session, item)
             except Exception:  # a bug here must not silence the microphone for good
@@ -153,14 +185,69 @@ class Conversation:
             self.on_report(session, item)
         elif isinstance(item, EndOfTurn):
             self.on_verdict(session, item)
+        elif isinstance(item, AbJob):
+            f.ab_waiting.append(item)
+        elif isinstance(item, AbDone):
+            self._ab_done(session, item.job)
         elif item == MIC_STOP:
             self.on_mic_stop(session)
         elif item == CLOSED:
             self.on_mic_stop(session)
             f.speaking = 0  # nothing plays without a page
+            if f.ab_running is not None:
+                f.ab_running.cancel.set()
+            f.ab_waiting.clear()
             if self._listeners.get(session.sid) is not None \
                     and self._listeners[session.sid].session is session:
                 del self._listeners[session.sid]
+            return
+        self._ab_next(session)
+
+    # --- the A/B anchor, only while the conversation is idle ---------------------------------
+    def _ab_later(self, turn: Turn, messages: list[dict]) -> None:
+        """The turn's thread hands its anchor request over (run_turn's `later`)."""
+        listener = self._listeners.get(turn.session.sid)
+        if listener is None:  # no page: nothing to wait for
+            self.agent.measure(turn, self.agent.cfg.anchor, messages, "after-primary")
+        else:
+            listener.put(AbJob(turn, messages))
+
+    def _idle(self, session: Session) -> bool:
+        f, endpointer = self.floor(session), self._endpointers.get(session.sid)
+        return f.current is None and f.speaking == 0 and \
+            (endpointer is None or not endpointer.busy)
+
+    def _ab_next(self, session: Session) -> None:
+        f = self.floor(session)
+        if f.ab_running is not None:
+            if not self._idle(session):
+                f.ab_running.cancel.set()  # the user's turn comes first; sent again later
+            return
+        if not f.ab_waiting or not self._idle(session):
+            return
+        job = f.ab_running = f.ab_waiting.pop(0)
+        job.tries += 1
+        job.cancel = threading.Event()
+        listener = self._listeners.get(session.sid)
+
+        def run() -> None:
+            try:
+                job.record = self.agent.measure(
+                    job.turn, self.agent.cfg.anchor, job.messages, "after-primary",
+                    cancel=job.cancel, m=job.record, retries=job.tries - 1,
+                    ran_after_ms=round((time.perf_counter() - job.ready) * 1000, 1))
+            finally:
+                if listener is not None:
+                    listener.put(AbDone(job))
+
+        threading.Thread(target=run, daemon=True, name=f"ab-{job.turn.turn_id}").start()
+
+    def _ab_done(self, session: Session, job: AbJob) -> None:
+        f = self.floor(session)
+        if f.ab_running is job:
+            f.ab_running = None
+        if job.cancel.is_set() and job.tries < AB_TRIES:
+            f.ab_waiting.insert(0, job)
 
     # --- microphone (the session's turn-taking thread) --------------------------------------
     def on_frame(self, session: Session, frame: MicFrame) -> None:
@@ -365,6 +452,8 @@ class Conversation:
         if committed:
             turn.commit(source)
         with session.lock:
+            if f.ab_running is not None:
+                f.ab_running.cancel.set()  # a new turn comes first; the A/B is sent again
             f.current = turn
             f.turns[turn.turn_id] = turn
             for old in list(f.turns)[:-KEEP_TURNS]:
@@ -395,7 +484,8 @@ class Conversation:
         session = turn.session
         f = self.floor(session)
         try:
-            self.agent.run_turn(turn, audio=audio, text=text, heard=self.judge)
+            self.agent.run_turn(turn, audio=audio, text=text, heard=self.judge,
+                                later=self._ab_later)
         except Exception:  # a bug must not leave the session stuck "Thinking..."
             log.exception("turn %s crashed", turn.turn_id)
             session.touch("Error: the turn failed (see the app's log).")

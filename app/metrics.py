@@ -50,6 +50,12 @@ class TurnMetrics:
     eot_wait_ms: float | None = None
     """Last voiced frame (browser) -> end of turn committed (the silence the endpointer
     waits for)."""
+    ran_after_ms: float | None = None
+    """A/B anchor: the primary turn finished -> this request sent. The request waits until
+    the conversation is idle (no speech, no reply in flight or playing)."""
+    retries: int = 0
+    """A/B anchor: times the user's next turn cancelled this request, which was sent again
+    once the conversation was idle."""
     eot_signal: str = ""
     """What ended the user's turn: the end-of-turn detector's signal and what it saw
     ("words: ends with “for”", "model: p(end) 0.93"), or the silence that reached the fixed
@@ -201,10 +207,11 @@ def fill_llm(m: TurnMetrics, stats, view=None) -> None:
         m.server_requests, m.prefix_hit_tokens = view.requests, view.prefix_hit_tokens
 
 
-def fill_rival(m: TurnMetrics, stats, view, error: str, cancelled: bool) -> None:
-    """The anchor's record of a turn: its request's figures, how it ended."""
+def fill_rival(m: TurnMetrics, stats, view, error: str, cancelled: bool,
+               ran_after_ms: float | None = None, retries: int = 0) -> None:
+    """The anchor's record of a turn: its request's figures, how and when it ran."""
     if stats is not None:
         fill_llm(m, stats, view)
-    if error:
-        m.error_stage, m.error = "llm", error
+    m.error_stage, m.error = ("llm", error) if error else ("", "")
     m.cancelled = cancelled
+    m.ran_after_ms, m.retries = ran_after_ms, retries

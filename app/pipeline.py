@@ -44,6 +44,7 @@ from app.turn import Turn
 
 log = logging.getLogger(__name__)
 Heard = Callable[[Turn, Transcript, np.ndarray], None]
+Later = Callable[[Turn, list[dict]], None]
 
 
 class Agent:
@@ -116,9 +117,12 @@ class Agent:
         return turn
 
     def run_turn(self, turn: Turn, audio: np.ndarray | None = None, text: str = "",
-                 endpoint: Endpoint | None = None, heard: Heard | None = None) -> TurnMetrics:
+                 endpoint: Endpoint | None = None, heard: Heard | None = None,
+                 later: Later | None = None) -> TurnMetrics:
         """The chain for one turn; returns its primary metrics row. `heard` gets the
-        transcript of a voice turn as soon as it is known (the end-of-turn decision)."""
+        transcript of a voice turn as soon as it is known (the end-of-turn decision);
+        `later` takes the A/B anchor's request, to send it when the conversation is idle
+        (sequential A/B; without it the request goes at once, after the turn)."""
         session, m = turn.session, turn.metrics
         endpoint = endpoint or self.cfg.primary
         language = self.cfg.language
@@ -160,9 +164,13 @@ class Agent:
         if not turn.wait_decided():
             return m
         turn.finish(error)
-        # 6. A/B on one GPU: the anchor runs once the primary turn is over
+        # 6. A/B on one GPU (or CPU): the anchor runs once the primary turn is over, and
+        # with a page, only while the user neither speaks nor waits for a reply
         if self.cfg.anchor is not None and rival is None:
-            self.measure(turn, self.cfg.anchor, messages, "after-primary")
+            if later is not None:
+                later(turn, messages)
+            else:
+                self.measure(turn, self.cfg.anchor, messages, "after-primary")
         elif rival is not None:
             rival.join()
         if error:
@@ -248,27 +256,31 @@ class Agent:
         if turn.wait_decided():
             self.measure(turn, endpoint, messages, order)
 
-    def measure(self, turn: Turn, endpoint: Endpoint, messages: list[dict],
-                order: str) -> TurnMetrics:
-        """The same request to another endpoint, timed the same way; not spoken, not kept."""
+    def measure(self, turn: Turn, endpoint: Endpoint, messages: list[dict], order: str,
+                cancel: threading.Event | None = None, m: TurnMetrics | None = None,
+                ran_after_ms: float | None = None, retries: int = 0) -> TurnMetrics:
+        """The same request to another endpoint, timed the same way; not spoken, not kept.
+        `cancel` stops it (default: the turn's own); `m`: the record of an earlier try."""
         session = turn.session
-        m = TurnMetrics(turn.turn_id, endpoint.name, source=turn.metrics.source,
-                        model=endpoint.model, order=order)
-        turn.add_rival(m)
-        if turn.cancel.is_set():
-            fill_rival(m, None, None, "", cancelled=True)
+        cancel = cancel or turn.cancel
+        if m is None:
+            m = TurnMetrics(turn.turn_id, endpoint.name, source=turn.metrics.source,
+                            model=endpoint.model, order=order)
+            turn.add_rival(m)
+        if cancel.is_set():
+            fill_rival(m, None, None, "", True, ran_after_ms, retries)
             return m
         session.touch(f"Measuring {endpoint.name}...")
         stats, error = StreamStats(), ""
         before = self.server_views.before(endpoint)
         try:
             for _ in self.llm.stream(endpoint, messages, self.cfg.llm, turn.turn_id, stats,
-                                     turn.cancel):
+                                     cancel):
                 pass
         except LlmError as exc:
             error = str(exc)
         fill_rival(m, stats, self.server_views.after(endpoint, before), error,
-                   turn.cancel.is_set())
+                   cancel.is_set(), ran_after_ms, retries)
         session.touch()
         return m
 

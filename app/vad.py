@@ -75,6 +75,11 @@ class Endpointer:
         the end-of-turn decision (app/conversation.py)."""
 
     @property
+    def busy(self) -> bool:
+        """Speech has been heard since the last utterance ended (or was closed)."""
+        return self._voiced > 0
+
+    @property
     def silence_ms(self) -> float:
         """Silence since the utterance's last voiced frame (0 outside an utterance)."""
         return self._silent * FRAME_MS if self._started else 0.0

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from app.config import AppConfig, Endpoint, LlmConfig
+from app.conversation import Conversation
 from app.llm import LlmError, StreamStats
-from app.messages import ReplyDelta
+from app.messages import PlayerReport, ReplyDelta
 from app.metrics import TurnMetrics
 from app.pipeline import Agent
 from app.session import Session
@@ -28,8 +29,9 @@ class ScriptedLlm:
     """Streams its script as a server would, timing it into `stats`; `fail_after` deltas
     it raises LlmError (the server went away mid-stream)."""
 
-    def __init__(self, script: list[str], fail_after: int | None = None) -> None:
-        self.script, self.fail_after = script, fail_after
+    def __init__(self, script: list[str], fail_after: int | None = None,
+                 delay_s: float = 0.0) -> None:
+        self.script, self.fail_after, self.delay_s = script, fail_after, delay_s
         self.requests: list[tuple[str, list[dict]]] = []
 
     def stream(self, endpoint: Endpoint, messages: list[dict], cfg: LlmConfig, turn_id: int,
@@ -41,6 +43,7 @@ class ScriptedLlm:
             for i, text in enumerate(self.script):
                 if i == self.fail_after:
                     raise LlmError("the model stream broke (scripted)")
+                time.sleep(self.delay_s)
                 now = time.perf_counter()
                 stats.first = stats.first or now
                 stats.last, stats.deltas = now, stats.deltas + 1
@@ -144,3 +147,55 @@ def test_a_cancelled_turn_stops_reading_the_stream():
     turn.on_delta = cancel_after_first  # type: ignore[method-assign]
     m = a.run_turn(turn, text="Hello")
     assert turn.reply == REPLY[0] and m.cancelled
+
+
+def until(condition, timeout_s: float = 5.0) -> bool:  # noqa: ANN001
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def anchors(llm: ScriptedLlm) -> int:
+    return sum(name == "anchor" for name, _ in llm.requests)
+
+
+def test_the_anchor_waits_until_the_reply_has_played():
+    """Sequential A/B with a page: the anchor's request is sent only once the conversation
+    is idle, so it never competes with what the user is about to hear or say."""
+    llm = ScriptedLlm(REPLY)
+    conversation = Conversation(agent(llm, anchor=True))
+    session = Session("s")
+    listener = conversation.open(session)
+    turn = conversation.start_text(session, "What is the capital of France?")
+    listener.put(PlayerReport("audible", turn.turn_id, 100.0))  # the reply starts playing
+    turn.thread.join(5)
+    time.sleep(0.5)  # several ticks of the turn-taking thread
+    assert anchors(llm) == 0
+    listener.put(PlayerReport("done", turn.turn_id, 2000.0, heard=(1.0,)))
+    assert until(lambda: anchors(llm) == 1)
+    assert until(lambda: any(r.endpoint == "anchor" and r.reply_tokens for r in
+                             session.metrics))
+    record = next(r for r in session.metrics if r.endpoint == "anchor")
+    assert record.ran_after_ms >= 500 and record.retries == 0
+    listener.close()
+
+
+def test_a_new_turn_cancels_the_anchor_which_is_sent_again_when_idle():
+    llm = ScriptedLlm(REPLY, delay_s=0.1)
+    conversation = Conversation(agent(llm, anchor=True))
+    session = Session("s")
+    listener = conversation.open(session)
+    first = conversation.start_text(session, "What is the capital of France?")
+    first.thread.join(5)
+    assert until(lambda: anchors(llm) == 1)  # idle: the anchor runs
+    second = conversation.start_text(session, "And of Spain?")  # the user comes first
+    second.thread.join(5)
+    assert until(lambda: anchors(llm) == 3, timeout_s=10)  # first's again, then second's
+    rows = [r for r in session.metrics if r.endpoint == "anchor"]
+    assert until(lambda: all(r.reply_tokens == len(REPLY) for r in rows), timeout_s=5)
+    assert sorted((r.turn_id, r.retries) for r in rows) == [(first.turn_id, 1),
+                                                           (second.turn_id, 0)]
+    listener.close()

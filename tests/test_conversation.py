@@ -50,7 +50,8 @@ class ScriptedAgent:
         return Turn(session, TurnMetrics(session.new_turn_id(), "primary", source=source),
                     last_voiced_ms)
 
-    def run_turn(self, turn: Turn, audio=None, text: str = "", heard=None) -> None:
+    def run_turn(self, turn: Turn, audio=None, text: str = "", heard=None,
+                 later=None) -> None:
         self.ran.append((turn.turn_id, 0 if audio is None else len(audio)))
 
 

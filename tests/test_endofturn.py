@@ -82,7 +82,8 @@ class ScriptedAgent:
         self.started.append(turn)
         return turn
 
-    def run_turn(self, turn: Turn, audio=None, text: str = "", heard=None) -> None:
+    def run_turn(self, turn: Turn, audio=None, text: str = "", heard=None,
+                 later=None) -> None:
         heard(turn, Transcript(turn.turn_id, self.text, "en", 0.0, 0.0), audio)
         turn.wait_decided(5.0)  # as the real chain does before it lets the turn go
 
