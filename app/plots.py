@@ -19,7 +19,7 @@ from app.metrics import TurnMetrics
 COLORS = {"primary": "#d62728", "anchor": "#1f77b4", "voice-to-voice": "#2ca02c"}
 FONT = "font-family='sans-serif' font-size='11'"
 # (label, start event, end event) on the turn's timeline; "0" is the last voiced frame
-STAGES = [
+BARS = [
     ("end-of-turn wait", "0", "committed"),
     ("ASR", "asr_start", "asr_end"),
     ("end-of-turn verdict", "asr_end", "judged"),
@@ -29,7 +29,7 @@ STAGES = [
     ("transport", "first_sent", "received"),
     ("playback start", "received", "audible"),
 ]
-STAGE_COLORS = ["#999999", "#9467bd", "#bcbd22", "#d62728", "#ff7f0e", "#2ca02c", "#17becf",
+BAR_COLORS = ["#999999", "#9467bd", "#bcbd22", "#d62728", "#ff7f0e", "#2ca02c", "#17becf",
                 "#8c564b"]
 
 
@@ -128,7 +128,7 @@ def per_turn(rows: list[TurnMetrics], figure: str) -> dict[str, list[tuple[int, 
 
 def _bars_of(line: dict[str, float]) -> list[tuple[str, float, float, str]]:
     bars = []
-    for (label, a, b), color in zip(STAGES, STAGE_COLORS, strict=True):
+    for (label, a, b), color in zip(BARS, BAR_COLORS, strict=True):
         start = 0.0 if a == "0" else line.get(a)
         end = line.get(b)
         if start is not None and end is not None and end >= start:

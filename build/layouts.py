@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 BF16, INT4, INT8 = "bf16", "int4", "int8"
 GROUP_SIZE = 128
+DAMPENING = 0.01  # GPTQ's dampening_frac (the card's recipe)
+ACTORDER = "weight"
 
 # Kept BF16 in every layout (the card's "What is quantized" table): image quality, tiny
 # gates and routing decisions, and the MTP drafter.
@@ -53,7 +55,7 @@ class Layout:
             return INT4
         return BF16
 
-    def quantization_config(self, actorder: str | None = "weight") -> dict | None:
+    def quantization_config(self, actorder: str | None = ACTORDER) -> dict | None:
         """compressed-tensors `quantization_config` as the exporter writes it."""
         if not self.quantized:
             return None

@@ -142,8 +142,8 @@ def recipe(layout: layouts.Layout):
     from llmcompressor.modifiers.quantization import GPTQModifier
 
     return GPTQModifier(ignore=gptq_ignore(layout), scheme="W4A16",
-                        targets=list(layout.int4_targets), dampening_frac=0.01,
-                        actorder="weight")
+                        targets=list(layout.int4_targets), dampening_frac=layouts.DAMPENING,
+                        actorder=layouts.ACTORDER)
 
 
 def _weight_map(model_dir: Path) -> dict[str, str]:
@@ -362,8 +362,9 @@ def _build(opts: Options, base: Path, base_config: dict, layout: layouts.Layout,
                             "mix": {k: sum(s.kind == k for s in samples) for k in calib.MIX},
                             "tokens": sum(s.tokens for s in samples)},
             "recipe": {"scheme": "W4A16", "targets": list(layout.int4_targets),
-                       "ignore": gptq_ignore(layout), "group_size": 128,
-                       "symmetric": True, "actorder": "weight", "dampening_frac": 0.01,
+                       "ignore": gptq_ignore(layout), "group_size": layouts.GROUP_SIZE,
+                       "symmetric": True, "actorder": layouts.ACTORDER,
+                       "dampening_frac": layouts.DAMPENING,
                        "moe_calibrate_all_experts": True,
                        "lm_head": "INT8 sym g128 RTN (post hoc)" if layout.int8_lm_head
                        else "BF16"},
