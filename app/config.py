@@ -55,10 +55,13 @@ class TurnConfig:
     probability that the message ends there), "audio" (Smart Turn v3.2 on the voice)."""
     cap_ms: int = 2000
     """An unfinished utterance commits anyway after this much silence."""
-    model_done: float = 0.5
-    """The model's end-of-message probability at or above which the turn commits at once."""
-    model_unfinished: float = 0.1
-    """Below it the utterance is held as unfinished (up to `cap_ms`)."""
+    model_done: float = 0.1
+    """The model's end-of-message probability at or above which the turn commits at once
+    (SmolLM2-135M gave finished sentences 0.0-0.7, median ~0.05; choose it for the served
+    model with `python -m bench.turn_detection --base-url`)."""
+    model_unfinished: float = 0.01
+    """Below it the utterance is held as unfinished (up to `cap_ms`): SmolLM2-135M gave
+    sentences cut at a pause 0.0-0.02."""
     audio_done: float = 0.5
     """Smart Turn's P(complete) at or above which the turn commits at once."""
 

@@ -42,12 +42,20 @@ should may might must gonna wanna gotta let's
 i you he she we they it's i'm you're we're they're there's
 um uh er erm hmm ah mm
 """.split())
+# Prepositions a wh-question may end on ("Who did you go with?", "Where are you from?").
+STRANDED = frozenset("for with from about on of at in into off up out over by".split())
+WH_WORDS = frozenset("what who whom whose which where".split())
+# A verb with its indirect object only: the thing told, shown or given is still to come.
+UNFINISHED_PAIRS = frozenset((verb, "me") for verb in
+                             "tell show give send bring get find buy".split())
 # Mandarin endings that leave a clause open: connectives, prepositions, structural particles,
 # fillers ("那个", "就是"), verbs that need an object.
 UNFINISHED_ZH = ("和", "跟", "与", "或者", "还是", "但是", "可是", "不过", "因为", "所以",
                  "然后", "如果", "虽然", "而且", "并且", "就是", "那个", "这个", "的", "地",
                  "得", "把", "被", "给", "对", "从", "在", "向", "往", "比", "让", "想", "要",
-                 "是", "呃", "嗯", "额", "还有", "以及", "一个", "一张", "一下")
+                 "是", "呃", "嗯", "额", "还有", "以及", "一个", "一张", "一下",
+                 # verbs whose clause or object is still to come ("I think that ...")
+                 "觉得", "认为", "以为", "希望", "打算", "帮我", "告诉我", "让我")
 TRAILING_PUNCT = ".!?。！？,，、;；:：…\"'”’ "
 CLOSERS = (".", "?", "!", "。", "？", "！")
 OPEN_ENDING = re.compile(r"(\.\.\.|…|,|，|、|-|—)\s*$")
@@ -59,18 +67,23 @@ def normalize(text: str) -> str:
 
 
 def unfinished_ending(text: str) -> str | None:
-    """The ending that leaves `text` unfinished ("for", "因为", "..."), or None."""
+    """The ending that leaves `text` unfinished ("for", "tell me", "因为", "..."), or None."""
     stripped = text.strip()
     if not stripped:
         return None
-    if OPEN_ENDING.search(stripped):
-        return OPEN_ENDING.search(stripped).group(1)
+    if match := OPEN_ENDING.search(stripped):
+        return match.group(1)
     words = normalize(stripped)
     if not words:
         return None
     if is_cjk(words[-1]):
         return next((e for e in UNFINISHED_ZH if words.endswith(e)), None)
-    last = words.split()[-1].lower().strip("\"'“”‘’")
+    tokens = [w.lower().strip("\"'“”‘’") for w in words.split()]
+    last = tokens[-1]
+    if len(tokens) >= 2 and (tokens[-2], last) in UNFINISHED_PAIRS:
+        return f"{tokens[-2]} {last}"
+    if last in STRANDED and tokens[0] in WH_WORDS and stripped.endswith("?"):
+        return None  # "What are you looking for?": a wh-question ends on its preposition
     return last if last in UNFINISHED_EN else None
 
 

