@@ -45,7 +45,15 @@ import numpy as np
 
 from app.endofturn import TurnDetector
 from app.interruption import verdict
-from app.messages import RATE, EndOfTurn, MicFrame, PlayerReport, Transcript, VadEvent
+from app.messages import (
+    RATE,
+    AudioReady,
+    EndOfTurn,
+    MicFrame,
+    PlayerReport,
+    Transcript,
+    VadEvent,
+)
 from app.metrics import TurnMetrics
 from app.pipeline import Agent
 from app.session import Session
@@ -116,10 +124,13 @@ class Floor:
 
 
 MIC_STOP = "mic_stop"
+READY_CAP_MS = 1500
+"""Finished words wait for the reply's first audio; without audio (a failed stage) the turn
+commits at this much silence."""
 TICK = "tick"
 TICK_S = 0.1
 CLOSED = "closed"
-Item = MicFrame | PlayerReport | EndOfTurn | AbJob | AbDone | str
+Item = MicFrame | PlayerReport | EndOfTurn | AudioReady | AbJob | AbDone | str
 AB_TRIES = 3  # an anchor request cancelled this often by the user's turns is given up
 
 
@@ -185,6 +196,8 @@ class Conversation:
             self.on_report(session, item)
         elif isinstance(item, EndOfTurn):
             self.on_verdict(session, item)
+        elif isinstance(item, AudioReady):
+            self._commit_if_decided(session)
         elif isinstance(item, AbJob):
             f.ab_waiting.append(item)
         elif isinstance(item, AbDone):
@@ -294,17 +307,23 @@ class Conversation:
         self._commit_if_decided(session)
 
     def _commit_if_decided(self, session: Session) -> None:
-        """Commit the speculative turn once the silence is as long as its verdict asks."""
+        """Commit the speculative turn once the silence is as long as its verdict asks;
+        finished words, once its first audio is ready too (the user may go on until then
+        at no cost: an earlier commit would not be heard sooner)."""
         f = self.floor(session)
         current = f.current
         if current is None or current.committed or current.verdict is None \
                 or current.cancel.is_set():
             return
         endpointer = self._endpointers.get(session.sid)
-        if endpointer is None or endpointer.silence_ms < current.verdict.hold_ms:
-            return
         v = current.verdict
-        current.commit(f"{v.signal}: {v.detail}")
+        if endpointer is None or endpointer.silence_ms < v.hold_ms:
+            return
+        if v.when_ready and not current.audio_ready and endpointer.silence_ms < READY_CAP_MS:
+            return
+        ready = "" if not v.when_ready else ", reply ready" if current.audio_ready else \
+            f", no reply audio after {READY_CAP_MS} ms"
+        current.commit(f"{v.signal}: {v.detail}{ready}")
         endpointer.close()  # speech from here on is a new utterance (it interrupts)
 
     def on_mic_stop(self, session: Session) -> None:
@@ -451,6 +470,8 @@ class Conversation:
         turn = self.agent.new_turn(session, source, last_voiced_ms)
         if committed:
             turn.commit(source)
+        else:
+            turn.on_audio_ready = self._audio_ready
         with session.lock:
             if f.ab_running is not None:
                 f.ab_running.cancel.set()  # a new turn comes first; the A/B is sent again
@@ -475,6 +496,11 @@ class Conversation:
             f.turns[turn.turn_id] = turn
         self._run(turn, audio, text)
         return turn
+
+    def _audio_ready(self, turn: Turn) -> None:
+        listener = self._listeners.get(turn.session.sid)
+        if listener is not None:
+            listener.put(AudioReady(turn.turn_id))
 
     def start_text(self, session: Session, text: str) -> Turn:
         self.barge_in(session)

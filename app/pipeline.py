@@ -234,15 +234,15 @@ class Agent:
         m = turn.metrics
         notice = language_notice(language, self.cfg.model_languages)
         turn.set_user_text(text)
-        if not turn.wait_decided():
-            return m
         turn.add_reply(notice)
         pieces: queue.Queue = queue.Queue()
         for index, piece in enumerate(SentenceChunker(first_max_words=99).push(notice + " ")):
             turn.piece_cut(index, 0)
             pieces.put(ReplyPiece(turn.turn_id, index, piece, time.perf_counter(), 0))
         pieces.put(None)
-        self._speak(turn, pieces, language)
+        self._speak(turn, pieces, language)  # held until the turn is committed
+        if not turn.wait_decided():
+            return m
         turn.finish()
         turn.stage_failed("language", f"speech in {LANGUAGE_NAMES.get(language, language)}: "
                           f"the model speaks {', '.join(self.cfg.model_languages)} only "

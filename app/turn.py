@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from app.language import has_cjk
@@ -45,6 +46,8 @@ class Turn:
     """Every chunk of the reply, for API callers that want the whole reply's audio."""
     verdict: EndOfTurn | None = None
     """The end-of-turn decision on this speculative turn's transcript, once it came."""
+    on_audio_ready: Callable[[Turn], None] | None = None
+    """Told (from the TTS thread) when the first audio is held for the commit."""
     _committed: bool = False
     _published: bool = False
     _held: list[SpeechChunk] = field(default_factory=list)
@@ -175,8 +178,18 @@ class Turn:
                 self.collect.append(chunk)
             if not self._published:
                 self._held.append(chunk)
-                return
-        self._send(chunk)
+                first_held = len(self._held) == 1 and not self._committed
+            else:
+                first_held = None
+        if first_held is None:
+            self._send(chunk)
+        elif first_held and self.on_audio_ready is not None:
+            self.on_audio_ready(self)
+
+    @property
+    def audio_ready(self) -> bool:
+        """Reply audio is synthesised and waiting for the commit."""
+        return bool(self._held)
 
     def _send(self, chunk: SpeechChunk) -> None:
         if self.session.outbox is not None:

@@ -37,7 +37,8 @@ import soundfile as sf
 
 from app.asr import Asr
 from app.config import MODELS, ROOT, AsrConfig, Endpoint, TurnConfig, VadConfig
-from app.endofturn import EndOfTurnModel, decide, unfinished_ending
+from app.conversation import READY_CAP_MS
+from app.endofturn import EndOfTurnModel, decide, unfinished_ending, waits_for_reply
 from app.messages import MicFrame
 from app.metrics import percentile
 from app.prepare import package_dir
@@ -49,6 +50,9 @@ OUT = ROOT / "docs" / "bench"
 SETTINGS = ("off", "words", "model", "audio", "words+model", "words+audio",
             "words+model+audio")
 SILENCE_MS = VadConfig.silence_ms
+READY_MS = 550.0
+"""Transcript -> the reply's first audio on the 2-core CPU demo: TTFT + first piece + TTS
+first audio, p50 of the voice-to-voice benchmark (docs/PERFORMANCE.md)."""
 
 
 @dataclass
@@ -112,7 +116,7 @@ def measure(clips: list[dict], asr: Asr, model: EndOfTurnModel | None, smart) ->
     return done
 
 
-def outcome(clip: Clip, setting: str, cfg: TurnConfig) -> dict:
+def outcome(clip: Clip, setting: str, cfg: TurnConfig, ready_ms: float | None) -> dict:
     """When this setting commits the clip's turn, and whether that cut the sentence."""
     uses = set(setting.split("+")) - {"off"}
     for pause in clip.pauses:
@@ -131,6 +135,10 @@ def outcome(clip: Clip, setting: str, cfg: TurnConfig) -> dict:
             (pause.audio_ms if "audio" in used else 0.0)
         known = pause.frame_ms + pause.asr_ms + cost if uses else pause.last_voiced_ms
         commit = max(known, pause.last_voiced_ms + hold)
+        if ready_ms is not None and waits_for_reply(hold, signal):
+            # the reply's first audio: the chain starts when the transcript is known
+            commit = max(commit, min(pause.frame_ms + pause.asr_ms + ready_ms,
+                                     pause.last_voiced_ms + READY_CAP_MS))
         if pause.resume_ms is not None and pause.resume_ms <= commit:
             continue  # the user went on first: the speculation is dropped
         return {"commit_ms": round(commit - pause.last_voiced_ms, 1),
@@ -141,9 +149,10 @@ def outcome(clip: Clip, setting: str, cfg: TurnConfig) -> dict:
             "decision_ms": 0.0, "text": ""}
 
 
-def summarize(clips: list[Clip], setting: str, cfg: TurnConfig) -> dict:
-    rows = [(c.label, outcome(c, setting, cfg)) for c in clips]
-    out = {"setting": setting}
+def summarize(clips: list[Clip], setting: str, cfg: TurnConfig,
+              ready_ms: float | None = None) -> dict:
+    rows = [(c.label, outcome(c, setting, cfg, ready_ms)) for c in clips]
+    out = {"setting": setting + (" (commit at once)" if ready_ms is None else "")}
     for lang in ("en", "zh", "all"):
         mine = [(lb, o) for lb, o in rows if lang in ("all", lb["lang"])]
         paused = [o for lb, o in mine if lb["kind"] == "pause"]
@@ -185,6 +194,9 @@ def main() -> None:
     p.add_argument("--no-model", action="store_true", help="leave the model's signal out")
     p.add_argument("--base-url", default="", help="an existing endpoint for the model signal")
     p.add_argument("--model", default="")
+    p.add_argument("--ready-ms", type=float, default=READY_MS,
+                   help="transcript -> the reply's first audio, for the settings that commit "
+                   "when the reply is ready (the app's own: see --help's text)")
     p.add_argument("--replay", type=Path, default=None,
                    help="decide again on the signals of a recorded run (its JSON)")
     p.add_argument("--out", type=Path, default=OUT)
@@ -196,7 +208,8 @@ def main() -> None:
         clips = [Clip(lb, [Pause(**p) for p in by_file[lb["file"]]["pauses"]],
                       lb["speech_end_s"] * 1000) for lb in labels]
         report(clips, labels, old["command"] + f" (replayed: {' '.join(sys.argv[1:])})",
-               "model" in " ".join(r for r in old.get("settings", SETTINGS)), args.out)
+               "model" in " ".join(r for r in old.get("settings", SETTINGS)), args.out,
+               args.ready_ms)
         return
     from app.smartturn import SmartTurn
 
@@ -223,18 +236,19 @@ def main() -> None:
         if server is not None:
             server.stop()
     report(clips, labels, "python -m bench.turn_detection " + " ".join(sys.argv[1:]),
-           model is not None, args.out)
+           model is not None, args.out, args.ready_ms)
 
 
 def report(clips: list[Clip], labels: list[dict], command: str, with_model: bool,
-           out: Path) -> None:
+           out: Path, ready_ms: float) -> None:
     cfg = TurnConfig()
     settings = [s for s in SETTINGS if with_model or "model" not in s]
-    results = [summarize(clips, s, cfg) for s in settings]
+    results = [summarize(clips, s, cfg, ready) for s in settings
+               for ready in ((None, ready_ms) if s != "off" else (ready_ms,))]
     m = machine()
     asr_ms = [p.asr_ms for c in clips for p in c.pauses]
     meta = {"date": dt.date.today().isoformat(), "machine": m, "machine_line": describe(m),
-            "command": command, "settings": settings,
+            "command": command, "settings": settings, "ready_ms": ready_ms,
             "clips": len(clips), "set": "assets/turns, " + ", ".join(
                 sorted({lb["voice"] for lb in labels})),
             "asr_p50": round(percentile(asr_ms, 50) or 0, 1), "turn_config": vars(cfg),

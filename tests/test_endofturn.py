@@ -19,7 +19,7 @@ import soundfile as sf
 from app.config import AppConfig, Endpoint, TurnConfig
 from app.conversation import Conversation
 from app.endofturn import TurnDetector, normalize, unfinished_ending
-from app.messages import EndOfTurn, MicFrame, PlayerReport, Transcript
+from app.messages import EndOfTurn, MicFrame, PlayerReport, SpeechChunk, Transcript
 from app.metrics import TurnMetrics
 from app.session import Session
 from app.turn import Turn
@@ -75,11 +75,11 @@ def test_off_is_the_fixed_silence():
 class ScriptedAgent:
     """Records the turns the conversation starts and hands their transcript to `heard`."""
 
-    def __init__(self, detector: str, text: str) -> None:
+    def __init__(self, detector: str, text: str, speaks: bool = True) -> None:
         self.cfg = AppConfig(primary=Endpoint("primary", "http://127.0.0.1:9/v1", "m"),
-                             turn=TurnConfig(detector, cap_ms=1500))
+                             turn=TurnConfig(detector, cap_ms=2500))
         self.detector = TurnDetector(self.cfg.turn, self.cfg.vad.silence_ms)
-        self.text = text
+        self.text, self.speaks = text, speaks
         self.started: list[Turn] = []
 
     def new_turn(self, session: Session, source: str, last_voiced_ms=None) -> Turn:
@@ -91,6 +91,10 @@ class ScriptedAgent:
     def run_turn(self, turn: Turn, audio=None, text: str = "", heard=None,
                  later=None) -> None:
         heard(turn, Transcript(turn.turn_id, self.text, "en", 0.0, 0.0), audio)
+        if self.speaks:  # the reply's first audio, held until the commit
+            time.sleep(0.05)
+            turn.emit_audio(SpeechChunk(turn.turn_id, 0, np.zeros(1600, np.int16), 16000,
+                                        "Paris.", "scripted", time.perf_counter()))
         turn.wait_decided(5.0)  # as the real chain does before it lets the turn go
 
 
@@ -100,18 +104,19 @@ def frames(audio: np.ndarray, start_ms: float = 0.0) -> list[MicFrame]:
                      time.perf_counter()) for i in range(0, len(audio) - step + 1, step)]
 
 
-def speak(text: str, detector: str, silence_s: float) -> tuple[Conversation, Session]:
+def speak(text: str, detector: str, silence_s: float,
+          speaks: bool = True) -> tuple[Conversation, Session]:
     """The question, then `silence_s` of silence, through the real endpointer; the
     verdict is awaited between frames as the listener would receive it."""
     speech, _ = sf.read(ASSETS / "en_capital.wav", dtype="float32")
-    agent = ScriptedAgent(detector, text)
+    agent = ScriptedAgent(detector, text, speaks)
     conversation = Conversation(agent)  # type: ignore[arg-type]
     session = Session("s")
     listener = conversation.open(session)
     audio = np.concatenate([speech, np.zeros(int(16000 * silence_s), np.float32)])
     for frame in frames(audio):
         listener.put(frame)
-        time.sleep(0.001)  # the verdict thread gets its turn between frames
+        time.sleep(0.005)  # 4x real time: the verdict and the "TTS" come between frames
     listener.close()
     listener.thread.join(10)
     for turn in agent.started:
@@ -119,18 +124,28 @@ def speak(text: str, detector: str, silence_s: float) -> tuple[Conversation, Ses
     return conversation, session
 
 
-def test_a_finished_sentence_commits_at_the_verdict_not_the_fixed_silence():
+def test_a_finished_sentence_commits_when_its_reply_is_ready():
     conversation, session = speak("What is the capital of France?", "words", 1.0)
     (turn,) = conversation.agent.started
-    assert turn.committed and turn.metrics.eot_signal == "words: no open ending"
-    assert turn.verdict is not None and turn.verdict.hold_ms == 0
+    assert turn.committed and turn.metrics.eot_signal == "words: no open ending, reply ready"
+    assert turn.verdict is not None and turn.verdict.hold_ms == 0 and turn.verdict.when_ready
+    assert turn.stamps["committed"] >= turn.stamps["judged"]
+
+
+def test_a_finished_sentence_without_reply_audio_commits_at_the_ready_cap():
+    conversation, session = speak("What is the capital of France?", "words", 1.0, False)
+    (turn,) = conversation.agent.started
+    assert not turn.committed  # 1 s of silence: it waits for audio that never comes
+    conversation, session = speak("What is the capital of France?", "words", 1.8, False)
+    (turn,) = conversation.agent.started
+    assert turn.committed and "no reply audio after 1500 ms" in turn.metrics.eot_signal
 
 
 def test_an_open_ending_holds_the_turn_until_the_cap():
     conversation, session = speak("What is the capital of", "words", 1.0)
     (turn,) = conversation.agent.started
-    assert not turn.committed  # 1 s of silence, a 1.5 s cap
-    conversation, session = speak("What is the capital of", "words", 2.0)
+    assert not turn.committed  # 1 s of silence, a 2.5 s cap
+    conversation, session = speak("What is the capital of", "words", 3.0)
     (turn,) = conversation.agent.started
     assert turn.committed and turn.metrics.eot_signal.endswith("(cap)")
 
@@ -158,7 +173,7 @@ def test_frames_reports_and_verdicts_are_handled_on_one_thread_in_order():
     listener = conversation.open(session)
     silence = np.zeros(320, np.float32)
     items = [MicFrame(0, silence, 20.0, 0.0), PlayerReport("done", 7, 30.0),
-             MicFrame(1, silence, 40.0, 0.0), EndOfTurn(7, 0, "words", "", 0.0),
+             MicFrame(1, silence, 40.0, 0.0), EndOfTurn(7, 0, True, "words", "", 0.0),
              MicFrame(2, silence, 60.0, 0.0), PlayerReport("audible", 7, 70.0)]
     senders = [threading.Thread(target=listener.put, args=(item,)) for item in items]
     for sender in senders:  # put from other threads, as the event loop and turns do
