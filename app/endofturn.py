@@ -37,11 +37,14 @@ of to for with from at by in into onto on about as than like over under after be
 between through during without within against toward towards upon via per
 and or but nor so because although though if unless whether while when where which who
 whom whose what how why until since once then
-is are was were am be been being do does did have has had will would can could shall
-should may might must gonna wanna gotta let's
+gonna wanna gotta let's
 i you he she we they it's i'm you're we're they're there's
 um uh er erm hmm ah mm
 """.split())
+# Auxiliaries: open at the end of a statement ("My flight has been"), not of a question
+# ("Do you know where the station is?").
+AUXILIARIES = frozenset("""is are was were am be been being do does did have has had will
+would can could shall should may might must""".split())
 # Prepositions a wh-question may end on ("Who did you go with?", "Where are you from?").
 STRANDED = frozenset("for with from about on of at in into off up out over by".split())
 WH_WORDS = frozenset("what who whom whose which where".split())
@@ -82,8 +85,11 @@ def unfinished_ending(text: str) -> str | None:
     last = tokens[-1]
     if len(tokens) >= 2 and (tokens[-2], last) in UNFINISHED_PAIRS:
         return f"{tokens[-2]} {last}"
-    if last in STRANDED and tokens[0] in WH_WORDS and stripped.endswith("?"):
+    question = stripped.endswith("?")
+    if last in STRANDED and tokens[0] in WH_WORDS and question:
         return None  # "What are you looking for?": a wh-question ends on its preposition
+    if last in AUXILIARIES:
+        return None if question else last
     return last if last in UNFINISHED_EN else None
 
 

@@ -41,6 +41,8 @@ from tests.conftest import ASSETS
     ("Who did you go with?", None),
     ("Can you remind me about my appointment with?", "with"),
     ("Can you help me?", None),
+    ("Can you tell me how far the station is?", None),
+    ("My flight has been", "been"),
     ("What time is it?", None),
     ("Tell me a short joke about cats.", None),
     ("Thanks.", None),
