@@ -36,57 +36,16 @@ if TYPE_CHECKING:
     from app.tts.kokoro import KokoroTts
 
 OUT = Path(__file__).parent / "turns"
-# (language, sentence); "|" marks where a pause clip stops for a while
-SENTENCES: list[tuple[str, str]] = [
-    ("en", "I'd like to book a table for | two people at seven o'clock."),
-    ("en", "Can you remind me about my appointment with | Doctor Smith on Tuesday?"),
-    ("en", "I want to go to the beach and | probably have lunch there."),
-    ("en", "We could take the train or | catch a taxi from the station."),
-    ("en", "Could you find me a | cheap hotel near the airport?"),
-    ("en", "Please add the | paper towels to my shopping list."),
-    ("en", "I'm trying to | find a cheap flight to Chicago."),
-    ("en", "Remind me to order | tickets for the concert on Saturday."),
-    ("en", "Can you tell me | how far the station is?"),
-    ("en", "My flight has been | delayed by two hours."),
-    ("en", "I was wondering if | you could help me with my homework."),
-    ("en", "I can't remember what | time the pharmacy closes."),
-    ("en", "So I think, um, | we should leave after lunch."),
-    ("en", "Well, the problem is, uh, | I don't really like spicy food."),
-    ("en", "My favorite color is | dark green."),
-    ("en", "My meeting with the manager | was moved to Friday."),
-    ("en", "Thanks."),
-    ("en", "Yes, please."),
-    ("en", "No, that's all."),
-    ("en", "Tell me a joke."),
-    ("en", "What are you looking for?"),
-    ("en", "Who did you go with?"),
-    ("en", "Which one should I turn on?"),
-    ("en", "Where are you from?"),
-    ("en", "What is this song about?"),
-    ("en", "What's the weather like tomorrow?"),
-    ("en", "Set a timer for ten minutes."),
-    ("en", "Can you turn the music down a little?"),
-    ("en", "Remind me to call my sister this weekend."),
-    ("en", "I think we should leave now."),
-    ("en", "Turn off the lights in the living room, please."),
-    ("en", "How long does it take to drive from here to the airport?"),
-    ("zh", "我想订一张 | 去北京的火车票。"),
-    ("zh", "因为外面在下雨，所以 | 今天我们在家里吃饭吧。"),
-    ("zh", "你能不能帮我 | 查一下明天的天气？"),
-    ("zh", "我刚才在想 | 周末要不要去公园散步。"),
-    ("zh", "请把客厅的 | 灯关掉。"),
-    ("zh", "我明天早上要 | 去医院看牙医。"),
-    ("zh", "我觉得，嗯， | 我们还是早点出发吧。"),
-    ("zh", "我最喜欢的颜色是 | 天蓝色。"),
-    ("zh", "谢谢。"),
-    ("zh", "好的，没问题。"),
-    ("zh", "我们走吧。"),
-    ("zh", "我吃饱了。"),
-    ("zh", "今天会下雨吗？"),
-    ("zh", "你现在在做什么呢？"),
-    ("zh", "明天早上七点叫我起床。"),
-    ("zh", "你能推荐一家好吃的餐厅吗？"),
-]
+SENTENCES_FILE = Path(__file__).parent / "turn_sentences.tsv"
+
+
+def sentences() -> list[tuple[str, str]]:
+    """(language, sentence) pairs; "|" marks where a pause clip stops for a while."""
+    rows = [line.split("\t", 1) for line in SENTENCES_FILE.read_text(encoding="utf-8")
+            .splitlines() if line and not line.startswith("#")]
+    return [(lang, text) for lang, text in rows]
+
+
 # Kokoro's package holds Japanese speakers only (no af_/am_/zf_ voices), so English comes
 # from espeak-ng variants the tests and benchmarks do not use (en-us, en-us+m3, en-gb+f2;
 # espeak-ng 1.51 reads "en-gb+f2" as plain en-gb: a variant takes after "en" or "en-us",
@@ -278,12 +237,13 @@ def write_clip(name: str, speech: np.ndarray) -> float:
 def make_set() -> list[dict]:
     OUT.mkdir(exist_ok=True)
     voices = Voices()
-    n_pauses = sum("|" in text for _, text in SENTENCES)
+    pairs = sentences()
+    n_pauses = sum("|" in text for _, text in pairs)
     # evenly over the range, in a seeded order, so every length is tried in both languages
     lengths = iter(np.random.default_rng(SEED).permutation(
         np.linspace(*PAUSE_MS, n_pauses).round().astype(int)).tolist())
     labels, counts = [], {}
-    for lang, text in SENTENCES:
+    for lang, text in pairs:
         kind = "pause" if "|" in text else "complete"
         i = counts[lang, kind] = counts.get((lang, kind), 0) + 1
         voice, name = VOICES[lang][(i - 1) % len(VOICES[lang])], f"{lang}_{kind}_{i:02d}.wav"
