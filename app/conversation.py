@@ -223,7 +223,8 @@ class Conversation:
         if listener is None:  # no page: nothing to wait for
             self.agent.measure(turn, self.agent.cfg.anchor, messages, "after-primary")
         else:
-            listener.put(AbJob(turn, messages))
+            record = self.agent.rival_record(turn, self.agent.cfg.anchor, "after-primary")
+            listener.put(AbJob(turn, messages, record=record))
 
     def _idle(self, session: Session) -> bool:
         f, endpointer = self.floor(session), self._endpointers.get(session.sid)
@@ -249,6 +250,8 @@ class Conversation:
                     job.turn, self.agent.cfg.anchor, job.messages, "after-primary",
                     cancel=job.cancel, m=job.record, retries=job.tries - 1,
                     ran_after_ms=round((time.perf_counter() - job.ready) * 1000, 1))
+                if not job.cancel.is_set():
+                    session.touch("Ready.")
             finally:
                 if listener is not None:
                     listener.put(AbDone(job))

