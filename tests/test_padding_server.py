@@ -14,11 +14,16 @@ QUESTIONS = ["What is the capital of France?", "Tell me a joke.", "How are you t
 
 
 def ask(endpoint, system: str, question: str) -> StreamStats:
+    return answer(endpoint, system, question)[0]
+
+
+def answer(endpoint, system: str, question: str) -> tuple[StreamStats, str]:
+    """One streamed reply: its stats and its text."""
     stats = StreamStats()
-    list(stream_chat(endpoint, [{"role": "system", "content": system},
-                                {"role": "user", "content": question}],
-                     LlmConfig(max_tokens=24, repetition_penalty=1.15), 1, stats))
-    return stats
+    text = "".join(d.text for d in stream_chat(
+        endpoint, [{"role": "system", "content": system}, {"role": "user", "content": question}],
+        LlmConfig(max_tokens=24, repetition_penalty=1.15), 1, stats))
+    return stats, text
 
 
 @pytest.fixture(scope="module")
@@ -49,5 +54,5 @@ def test_replies_stay_clean_with_padding(endpoint):
     persona = load_persona(ROOT / "persona" / "small-en.md")
     padded = pad_to_block(persona, system_token_counter(endpoint), server_block_size(endpoint))
     for q in QUESTIONS:
-        reply = "".join(ask(endpoint, padded.text, q).text).strip()
+        reply = answer(endpoint, padded.text, q)[1].strip()
         assert reply and " . . ." not in reply  # the filler is not echoed
