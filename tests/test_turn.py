@@ -124,7 +124,7 @@ def test_transport_is_known_when_the_page_answers_before_the_sender_runs_again()
     import asyncio
     import time
 
-    from app.transport import Outbox
+    from app.wire import Outbox
 
     class AnsweringAtOnce(Outbox):
         def send_bytes(self, data: bytes) -> None:
