@@ -282,7 +282,8 @@ class Conversation:
     # --- the end of the user's turn ----------------------------------------------------------
     def judge(self, turn: Turn, transcript: Transcript, audio: np.ndarray) -> None:
         """A speculative turn's transcript is known (its thread): decide whether the user
-        is done, off this thread, and post the verdict to the turn-taking thread."""
+        is done and post the verdict to the turn-taking thread (a signal that waits on a
+        model decides on a thread of its own)."""
         if turn.committed or not self.detector.on:
             return
         session = turn.session
@@ -296,7 +297,10 @@ class Conversation:
             if listener is not None:
                 listener.put(result)
 
-        threading.Thread(target=run, daemon=True, name=f"eot-{turn.turn_id}").start()
+        if self.detector.uses <= {"words"}:
+            run()  # the words cost nothing: no thread to hop to
+        else:  # the model's HTTP call or Smart Turn must not hold up the reply's request
+            threading.Thread(target=run, daemon=True, name=f"eot-{turn.turn_id}").start()
 
     def on_verdict(self, session: Session, result: EndOfTurn) -> None:
         f = self.floor(session)
