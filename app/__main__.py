@@ -161,8 +161,10 @@ def main(argv: list[str] | None = None) -> None:
         app = create_app(agent, title=f"Voice agent · {cfg.primary.model}",
                          notice=notice(cfg) + f"\n\nPersona `{cfg.persona.name}`: "
                          f"{agent.persona_note}.")
+        scheme = "https" if cfg.ssl_certfile else "http"
         serve(app, cfg.host, cfg.port,
-              f"\n  Voice agent running on http://{cfg.host}:{cfg.port}  (Ctrl-C stops)\n")
+              f"\n  Voice agent running on {scheme}://{cfg.host}:{cfg.port}  (Ctrl-C stops)\n",
+              ssl_certfile=cfg.ssl_certfile, ssl_keyfile=cfg.ssl_keyfile)
     except KeyboardInterrupt:
         pass
     finally:

@@ -9,11 +9,15 @@ ended. The app then measures and records the turn exactly as for the page
         reply = client.say(pcm16k)          # paced like a microphone, then silence
         print(reply.events, reply.first_audio_ms - reply.last_frame_ms)
         rows = client.export()
+
+An app at its `--max-sessions` refuses a new session: `open` raises `AgentBusy`, which says
+when to try again.
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 import time
 from dataclasses import dataclass, field
 
@@ -49,19 +53,34 @@ class Reply:
         return np.concatenate(self.chunks) if self.chunks else np.zeros(0, np.int16)
 
 
+class AgentBusy(ConnectionError):
+    """The app serves as many conversations as it may (its `--max-sessions`)."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(f"{message} (retry after {retry_after_s:g} s)")
+        self.retry_after_s = retry_after_s
+
+
 class VoiceClient:
     def __init__(self, base_url: str, auth: tuple[str, str] | None = None,
-                 rate: int = 48000) -> None:
+                 rate: int = 48000, verify: ssl.SSLContext | bool = True) -> None:
+        """`verify`: how an https app's certificate is checked (a context that trusts a
+        self-signed one, say)."""
         self.base_url = base_url.rstrip("/") + "/"
         self.auth = auth
         self.rate = rate
+        self.verify = verify
         self.sid = ""
         self._ws = None
         self._seq = 0
 
     # --- HTTP routes ---------------------------------------------------------------------
     def _json(self, path: str, method: str = "GET") -> object:
-        resp = httpx.request(method, self.base_url + path, auth=self.auth, timeout=30)
+        resp = httpx.request(method, self.base_url + path, auth=self.auth, timeout=30,
+                             verify=self.verify)
+        if resp.status_code == 503:
+            raise AgentBusy(resp.json().get("message", "the agent is busy"),
+                            float(resp.headers.get("Retry-After", 0)))
         resp.raise_for_status()
         return resp.json()
 
@@ -76,11 +95,24 @@ class VoiceClient:
 
         self.sid = sid or self._json("agent/session", "POST")["sid"]  # type: ignore[index]
         url = self.base_url.replace("http", "ws", 1) + f"agent/ws/{self.sid}"
-        self._ws = connect(url, max_size=None)
+        self._ws = connect(url, max_size=None, ssl=self._ssl(url))
         first = json.loads(self._ws.recv(timeout=30))
+        if first.get("type") == "busy":  # a released session's slot was taken meanwhile
+            self.close()
+            raise AgentBusy(first["message"], first.get("retry_after_s", 0))
         if first.get("type") != "ready":
             raise ConnectionError(f"the app refused the session: {first}")
         return self
+
+    def _ssl(self, url: str) -> ssl.SSLContext | None:
+        if not url.startswith("wss:"):
+            return None
+        if isinstance(self.verify, ssl.SSLContext):
+            return self.verify
+        context = ssl.create_default_context()
+        if not self.verify:
+            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        return context
 
     def close(self) -> None:
         if self._ws is not None:

@@ -152,6 +152,15 @@ class AppConfig:
     """Cores the app runs on (empty: all)."""
     max_upload_mb: float = 20.0
     auth: tuple[str, str] | None = field(default=None, repr=False)
+    max_sessions: int = 0
+    """Live conversations this process serves at once (0: no limit); a page or script
+    beyond it is told the agent is busy (app/hub.py). The right value is what
+    `python -m bench.capacity` measured this host to serve at the latency wanted."""
+    ssl_certfile: str = ""
+    """PEM certificate (chain): the app serves HTTPS, so a browser on another machine has
+    the secure context its microphone needs. Empty: plain HTTP."""
+    ssl_keyfile: str = ""
+    """PEM private key of `ssl_certfile` (empty: it is in the certificate file)."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -248,6 +257,15 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--port", type=int, default=7860)
     g.add_argument("--auth", default=os.environ.get("VOICE_AGENT_AUTH", ""),
                    help="user:password; required when --host is not a loopback address")
+    g.add_argument("--max-sessions", type=non_negative_int, default=0,
+                   help="live conversations served at once (0: no limit); more pages or "
+                   "scripts are told the agent is busy. Choose it from python -m "
+                   "bench.capacity on this host")
+    g.add_argument("--ssl-certfile", default="",
+                   help="PEM certificate: serve HTTPS (a browser on another machine needs it "
+                   "for the microphone)")
+    g.add_argument("--ssl-keyfile", default="",
+                   help="PEM private key of --ssl-certfile (default: inside the certificate)")
     return p
 
 
@@ -300,6 +318,7 @@ def from_args(args: argparse.Namespace) -> AppConfig:
         if not (args.anchor_base_url and args.anchor_model):
             raise SystemExit("The anchor needs both --anchor-base-url and --anchor-model.")
         anchor = Endpoint("anchor", args.anchor_base_url, args.anchor_model, args.anchor_api_key)
+    check_tls(args.ssl_certfile, args.ssl_keyfile)
     return AppConfig(
         primary=Endpoint("primary", args.base_url, args.model, args.api_key),
         anchor=anchor, ab_mode=args.ab_mode,
@@ -320,7 +339,34 @@ def from_args(args: argparse.Namespace) -> AppConfig:
         tts=TtsConfig(engine=args.tts, edge_voice_en=args.voice_en, edge_voice_zh=args.voice_zh,
                       piper_voice=args.piper_voice, edge_proxy=args.edge_proxy),
         host=args.host, port=args.port, auth=auth, cpus=parse_cpus(args.cpus),
+        max_sessions=args.max_sessions, ssl_certfile=args.ssl_certfile,
+        ssl_keyfile=args.ssl_keyfile,
     )
+
+
+def check_tls(certfile: str, keyfile: str) -> None:
+    """Fail at start, naming the files, when the certificate and key do not load together
+    (not later in the web server, with a bare SSL error)."""
+    if keyfile and not certfile:
+        raise SystemExit("--ssl-keyfile needs --ssl-certfile (the certificate it belongs to).")
+    if not certfile:
+        return
+    import ssl
+
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+            certfile, keyfile or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise SystemExit(f"Cannot serve HTTPS with --ssl-certfile {certfile}"
+                         + (f" --ssl-keyfile {keyfile}" if keyfile else "")
+                         + f": {exc}. Give a PEM certificate and its private key.") from exc
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
 
 
 def positive_int(text: str) -> int:

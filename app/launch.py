@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -45,7 +46,8 @@ def free_port() -> int:
 
 def wait_http(url: str, proc: subprocess.Popen | None, timeout_s: float,
               on_exit: Callable[[], str], on_timeout: str, interval_s: float = 1.0,
-              auth: tuple[str, str] | None = None) -> None:
+              auth: tuple[str, str] | None = None,
+              verify: ssl.SSLContext | bool = True) -> None:
     """Poll `url` until it answers 200; fail at once if `proc` exits meanwhile."""
     import httpx
 
@@ -54,7 +56,7 @@ def wait_http(url: str, proc: subprocess.Popen | None, timeout_s: float,
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"exit code {proc.returncode}: {on_exit()}")
         try:
-            if httpx.get(url, auth=auth, timeout=2).status_code == 200:
+            if httpx.get(url, auth=auth, timeout=2, verify=verify).status_code == 200:
                 return
         except (httpx.HTTPError, OSError):
             pass
@@ -154,10 +156,14 @@ class AppServer:
     cwd: Path = ROOT
     """Checkout to run the app from (benchmarks run an older revision from a worktree)."""
     env: dict[str, str] = field(default_factory=dict)
+    verify: ssl.SSLContext | bool = True
+    """How the app's certificate is checked when its args serve HTTPS (`--ssl-certfile`):
+    a context that trusts a test's own certificate, say."""
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/"
+        scheme = "https" if "--ssl-certfile" in self.args else "http"
+        return f"{scheme}://127.0.0.1:{self.port}/"
 
     def start(self) -> AppServer:
         self.port = self.port or free_port()
@@ -181,7 +187,7 @@ class AppServer:
         wait_http(self.url + "agent/health", self.proc, timeout_s,
                   lambda: "the app exited:\n" + self.log_path.read_text(errors="replace")[-3000:],
                   f"the app is not up after {timeout_s:.0f} s; see {self.log_path}",
-                  interval_s=0.5, auth=self.credentials)
+                  interval_s=0.5, auth=self.credentials, verify=self.verify)
         return self
 
     def stop(self) -> None:

@@ -97,15 +97,19 @@ def create_app(agent: Agent, title: str = "Voice agent", notice: str = "") -> Fa
     return app
 
 
-def serve(app: FastAPI, host: str, port: int, ready_message: str = "") -> None:
-    """Run the web server; print `ready_message` once it accepts connections."""
+def serve(app: FastAPI, host: str, port: int, ready_message: str = "", ssl_certfile: str = "",
+          ssl_keyfile: str = "") -> None:
+    """Run the web server (HTTPS with a certificate); print `ready_message` once it accepts
+    connections."""
     import threading
     import time
 
     import uvicorn
 
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                           timeout_graceful_shutdown=3))
+                                           timeout_graceful_shutdown=3,
+                                           ssl_certfile=ssl_certfile or None,
+                                           ssl_keyfile=ssl_keyfile or None))
 
     def announce() -> None:
         while not server.started and not server.should_exit:

@@ -138,6 +138,19 @@ def app_url(endpoint, anchor_server):
         app.stop()
 
 
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and localhost, signed by its own key (the openssl CLI, as
+    a user makes one): (certificate, key)."""
+    import subprocess
+
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj",
+                    "/CN=voice-agent-test", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    return cert, key
+
+
 def run_turn(agent, session, text: str = "", audio=None, endpoint=None):
     """One committed turn through the real stages on this thread: (metrics, audio chunks)."""
     turn = agent.new_turn(session, "text" if audio is None else "voice", endpoint=endpoint)

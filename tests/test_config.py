@@ -35,6 +35,34 @@ def test_public_host_needs_auth():
         from_args(parser().parse_args(["--auth", "nopassword"]))
 
 
+def test_https_flags_fail_at_start_with_the_files_named(tmp_path):
+    from tests.conftest import self_signed
+
+    cert, key = self_signed(tmp_path)
+    cfg = from_args(parser().parse_args(["--ssl-certfile", str(cert), "--ssl-keyfile", str(key)]))
+    assert (cfg.ssl_certfile, cfg.ssl_keyfile) == (str(cert), str(key))
+    both = tmp_path / "both.pem"  # a PEM with the key inside the certificate file
+    both.write_text(cert.read_text() + key.read_text())
+    assert from_args(parser().parse_args(["--ssl-certfile", str(both)])).ssl_keyfile == ""
+    with pytest.raises(SystemExit, match="needs --ssl-certfile"):
+        from_args(parser().parse_args(["--ssl-keyfile", str(key)]))
+    with pytest.raises(SystemExit, match=f"--ssl-certfile {tmp_path}/missing.pem"):
+        from_args(parser().parse_args(["--ssl-certfile", str(tmp_path / "missing.pem")]))
+    (tmp_path / "other").mkdir()
+    _, other_key = self_signed(tmp_path / "other")
+    with pytest.raises(SystemExit, match="private key"):  # the key of another certificate
+        from_args(parser().parse_args(["--ssl-certfile", str(cert),
+                                       "--ssl-keyfile", str(other_key)]))
+
+
+def test_max_sessions_is_a_count(capsys):
+    assert from_args(parser().parse_args([])).max_sessions == 0  # no limit
+    assert from_args(parser().parse_args(["--max-sessions", "32"])).max_sessions == 32
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--max-sessions", "-1"])
+    assert "must be 0 or more" in capsys.readouterr().err
+
+
 def test_anchor_flags_env_and_config_file(tmp_path, monkeypatch):
     from app.config import parse
 
