@@ -38,6 +38,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -169,8 +170,11 @@ class Listener:
 
 
 class Conversation:
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: Agent,
+                 on_final: Callable[[TurnMetrics], None] | None = None) -> None:
+        """`on_final`: told each turn's records once they are final (`Turn.on_final`)."""
         self.agent = agent
+        self.on_final = on_final
         self.detector: TurnDetector = agent.detector
         self._endpointers: dict[str, Endpointer] = {}
         self._listeners: dict[str, Listener] = {}
@@ -207,6 +211,8 @@ class Conversation:
         elif item == CLOSED:
             self.on_mic_stop(session)
             f.speaking = 0  # nothing plays without a page
+            for turn in list(f.turns.values()):
+                turn.player_gone()
             if f.ab_running is not None:
                 f.ab_running.cancel.set()
             f.ab_waiting.clear()
@@ -249,7 +255,8 @@ class Conversation:
                 job.record = self.agent.measure(
                     job.turn, self.agent.cfg.anchor, job.messages, "after-primary",
                     cancel=job.cancel, m=job.record, retries=job.tries - 1,
-                    ran_after_ms=round((time.perf_counter() - job.ready) * 1000, 1))
+                    ran_after_ms=round((time.perf_counter() - job.ready) * 1000, 1),
+                    last_try=job.tries >= AB_TRIES)
                 if not job.cancel.is_set():
                     session.touch("Ready.")
             finally:
@@ -475,6 +482,7 @@ class Conversation:
         """Run a turn on its own thread (voice: speculative until committed)."""
         f = self.floor(session)
         turn = self.agent.new_turn(session, source, last_voiced_ms)
+        turn.on_final = self.on_final
         if committed:
             turn.commit(source)
         else:
@@ -484,8 +492,9 @@ class Conversation:
                 f.ab_running.cancel.set()  # a new turn comes first; the A/B is sent again
             f.current = turn
             f.turns[turn.turn_id] = turn
-            for old in list(f.turns)[:-KEEP_TURNS]:
-                del f.turns[old]
+            gone = [f.turns.pop(old) for old in list(f.turns)[:-KEEP_TURNS]]
+        for old in gone:
+            old.player_gone()  # its reports, if any still came, would find no turn
         turn.thread = threading.Thread(target=self._run, args=(turn, audio, text),
                                        daemon=True, name=f"turn-{turn.turn_id}")
         turn.thread.start()
@@ -496,6 +505,7 @@ class Conversation:
         f = self.floor(session)
         self.barge_in(session)
         turn = self.agent.new_turn(session, source)
+        turn.on_final = self.on_final
         turn.collect = []
         turn.commit("upload")
         with session.lock:
@@ -526,6 +536,7 @@ class Conversation:
             with session.lock:
                 if f.current is turn:
                     f.current = None
+            turn.chain_over()
 
     def _drop(self, session: Session, turn: Turn) -> None:
         f = self.floor(session)

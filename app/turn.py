@@ -8,7 +8,8 @@ the audio it holds; after that, text and audio flow straight through.
 
 The turn is also the one owner of its metrics: the stages stamp events (`stamp`), the
 player's reports arrive here, and `app.metrics.fill_timeline` derives every figure from
-the stamps in one place.
+the stamps in one place. It also says when its records are final (`on_final`): readers
+that keep figures (app/prometheus.py) read a record then, once.
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ class Turn:
     """The end-of-turn decision on this speculative turn's transcript, once it came."""
     on_audio_ready: Callable[[Turn], None] | None = None
     """Told (from the TTS thread) when the first audio is held for the commit."""
+    on_final: Callable[[TurnMetrics], None] | None = None
+    """Told once per record of this turn that the user had, when nothing will write it
+    again: the primary's when the chain is over and the page's player has said its last
+    word on the turn (or no page listens), an anchor's when its request ran its last try."""
     _committed: bool = False
     _published: bool = False
     _held: list[SpeechChunk] = field(default_factory=list)
@@ -56,6 +61,11 @@ class Turn:
     _chat_reply: dict | None = None
     _interrupted: bool = False
     _engines: list[str] = field(default_factory=list)
+    _chain_over: bool = False
+    _to_page: bool = False
+    """Audio or an "end" went to a page: its player will report "done" or "stopped"."""
+    _player_over: bool = False
+    _final: bool = False
 
     @property
     def turn_id(self) -> int:
@@ -87,6 +97,7 @@ class Turn:
         with self.session.lock:
             self._committed = True
             self._publish_if_ready()
+        self._settle()
 
     def discard(self) -> None:
         """The user went on: drop the turn, which was never shown or heard."""
@@ -196,6 +207,7 @@ class Turn:
             # stamped before the bytes go: the page's report of them comes back on the event
             # loop's thread, which on a busy machine can run before this one does again
             self.stamp("first_sent")
+            self._to_page = True
         self.session.send_audio(chunk)
 
     def _publish_if_ready(self) -> None:
@@ -236,6 +248,7 @@ class Turn:
                 self._reply_msg["content"] = reply
                 self._chat_reply["content"] = reply + note
         if not m.cancelled:
+            self._to_page = self._to_page or s.outbox is not None
             s.send_event({"type": "end", "turn": self.turn_id})  # the player reports "done"
         self.refresh()
 
@@ -251,6 +264,9 @@ class Turn:
                 m.interrupt_ms = _round(report.t_ms - report.cause_ms)
             self._cut_to_heard(report.heard)
         self.refresh()
+        if report.kind in ("done", "stopped"):
+            self._player_over = True
+            self._settle()
 
     def _cut_to_heard(self, heard: tuple[float, ...]) -> None:
         """Barge-in: history and chat keep only what the user heard."""
@@ -267,6 +283,33 @@ class Turn:
     def refresh(self) -> None:
         fill_timeline(self.metrics, self.stamps, self.last_voiced_ms, self.session.clock)
         self.session.touch()
+
+    # --- when the records are final ----------------------------------------------------------
+    def chain_over(self) -> None:
+        """The turn's thread is done: no stage writes the record any more. Unless a page
+        was sent something of it, no player report will come either."""
+        self._chain_over = True
+        self._player_over = self._player_over or not self._to_page
+        self._settle()
+
+    def player_gone(self) -> None:
+        """No report will come for this turn: the page went away, or the turn is no longer
+        among the ones its reports are matched to."""
+        self._player_over = True
+        self._settle()
+
+    def rival_over(self, m: TurnMetrics) -> None:
+        """An anchor's request for this turn ran its last try: its record `m` is final."""
+        if self.on_final is not None:
+            self.on_final(m)
+
+    def _settle(self) -> None:
+        with self.session.lock:  # a record the session shows: not a dropped speculation
+            shown = any(r is self.metrics for r in self.session.metrics)
+            final = self._chain_over and self._player_over and shown and not self._final
+            self._final = self._final or final
+        if final and self.on_final is not None:
+            self.on_final(self.metrics)
 
 
 def heard_text(pieces: dict[int, str], heard: tuple[float, ...]) -> str:

@@ -5,6 +5,7 @@ only the Turn (app/turn.py) and the figures' own functions (app/metrics.py) writ
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import threading
 import time
@@ -20,6 +21,7 @@ from app.messages import PlayerReport, ReplyDelta
 from app.metrics import TurnMetrics
 from app.pipeline import Agent
 from app.session import Session
+from app.wire import Outbox
 
 REPLY = ["小安：", "The capital", " of France", " is Paris.", " It lies", " on the Seine."]
 CLOSED = "http://127.0.0.1:9/v1"  # nothing listens: the servers' /metrics are not read
@@ -185,7 +187,10 @@ def test_the_anchor_waits_until_the_reply_has_played():
 
 def test_a_new_turn_cancels_the_anchor_which_is_sent_again_when_idle():
     llm = ScriptedLlm(REPLY, delay_s=0.1)
-    conversation = Conversation(agent(llm, anchor=True))
+    finals: list[tuple[str, int, int]] = []
+    conversation = Conversation(agent(llm, anchor=True),
+                                on_final=lambda m: finals.append((m.endpoint, m.turn_id,
+                                                                  m.retries)))
     session = Session("s")
     listener = conversation.open(session)
     first = conversation.start_text(session, "What is the capital of France?")
@@ -198,4 +203,64 @@ def test_a_new_turn_cancels_the_anchor_which_is_sent_again_when_idle():
     assert until(lambda: all(r.reply_tokens == len(REPLY) for r in rows), timeout_s=5)
     assert sorted((r.turn_id, r.retries) for r in rows) == [(first.turn_id, 1),
                                                            (second.turn_id, 0)]
+    # each record is final once: the anchor's first try, cancelled and sent again, is not
+    assert until(lambda: len(finals) == 4)
+    assert sorted(finals) == [("anchor", first.turn_id, 1), ("anchor", second.turn_id, 0),
+                              ("primary", first.turn_id, 0), ("primary", second.turn_id, 0)]
     listener.close()
+
+
+def page_session(loop: asyncio.AbstractEventLoop) -> Session:
+    session = Session("page")
+    session.outbox = Outbox(loop)  # what the app sends is queued on a loop nobody runs
+    return session
+
+
+def test_without_a_page_the_records_are_final_when_the_chain_is_over():
+    finals: list[TurnMetrics] = []
+    conversation = Conversation(agent(ScriptedLlm(REPLY), anchor=True), on_final=finals.append)
+    session = Session("api")
+    turn = conversation.start_text(session, "What is the capital of France?")
+    turn.thread.join(5)
+    assert [(m.endpoint, m.turn_id) for m in finals] == [("anchor", 1), ("primary", 1)]
+    assert finals[1] is turn.metrics and finals[1].reply_tokens == len(REPLY)
+
+
+def test_with_a_page_the_record_is_final_after_the_players_last_report():
+    """The page's player reports when the reply became audible (voice-to-voice) and when
+    it played out; only then is nothing left to write in the record."""
+    finals: list[TurnMetrics] = []
+    loop = asyncio.new_event_loop()
+    conversation = Conversation(agent(ScriptedLlm(REPLY)), on_final=finals.append)
+    session = page_session(loop)
+    listener = conversation.open(session)
+    turn = conversation.start_text(session, "What is the capital of France?")
+    turn.thread.join(5)
+    time.sleep(0.3)
+    assert finals == []  # the reply is still playing in the page
+    listener.put(PlayerReport("audible", turn.turn_id, 1000.0, received_ms=990.0))
+    listener.put(PlayerReport("done", turn.turn_id, 3000.0, heard=(1.0, 1.0)))
+    assert until(lambda: finals == [turn.metrics])
+    assert finals[0].playback_ms == 10.0 and finals[0].v2v_ms is not None
+    # a page closed with a reply in its player: the record is final without the report
+    second = conversation.start_text(session, "And of Spain?")
+    second.thread.join(5)
+    time.sleep(0.3)
+    assert len(finals) == 1
+    listener.close()
+    assert until(lambda: finals == [turn.metrics, second.metrics])
+    loop.close()
+
+
+def test_a_turn_that_failed_before_any_audio_is_final_when_its_chain_is_over():
+    """Nothing of it reached the page, so no report will come: waiting would lose it."""
+    finals: list[TurnMetrics] = []
+    loop = asyncio.new_event_loop()
+    conversation = Conversation(agent(ScriptedLlm(REPLY, fail_after=0)), on_final=finals.append)
+    session = page_session(loop)
+    listener = conversation.open(session)
+    turn = conversation.start_text(session, "What is the capital of France?")
+    turn.thread.join(5)
+    assert finals == [turn.metrics] and finals[0].error_stage == "llm"
+    listener.close()
+    loop.close()
