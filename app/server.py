@@ -1,27 +1,36 @@
-"""The web server: the Gradio page + the audio channel (one WebSocket per page).
+"""The web server: the Gradio page + the audio channel (one WebSocket per page) +
+`/metrics` for Prometheus.
 
 Every route checks who is asking, wherever the request comes from: Gradio's own routes
-by its login (`--auth`), the app's HTTP routes by the same credentials (HTTP Basic), and
-the audio channel by a session id that only the server issues, to a page behind the login
-or to a script with the credentials (app/hub.py); the export wants both."""
+by its login (`--auth`), the app's HTTP routes (`/metrics` too) by the same credentials
+(HTTP Basic), and the audio channel by a session id that only the server issues, to a page
+behind the login or to a script with the credentials (app/hub.py); the export wants both.
+Beyond `--max-sessions` live conversations a new one is refused (app/hub.py): a script
+gets 503, a page the written and the spoken notice."""
 
 from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Callable
 
 from fastapi import Depends, FastAPI, HTTPException, WebSocket
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from app.config import AppConfig
 from app.conversation import Conversation
-from app.hub import SessionHub
+from app.hub import BUSY, RETRY_AFTER_S, Busy, SessionHub
+from app.messages import SpeechChunk
 from app.metrics import to_csv, to_json
 from app.pipeline import Agent
+from app.prometheus import AppMetrics
 from app.transport import serve_socket
+from app.tts import TtsError
 from app.ui import CSS, VoiceUi, build_blocks
+from app.wire import audio_message
 
 log = logging.getLogger(__name__)
 UNKNOWN_SESSION = "unknown session: reload the page (the app may have restarted)"
@@ -48,28 +57,61 @@ def create_app(agent: Agent, title: str = "Voice agent", notice: str = "") -> Fa
     import gradio as gr
 
     cfg: AppConfig = agent.cfg
-    hub = SessionHub()
-    conversation = Conversation(agent)
+    hub = SessionHub(cfg.max_sessions)
+    figures = AppMetrics(hub)
+    conversation = Conversation(agent, on_final=figures.observe)
     ui = VoiceUi(conversation, hub, notice)
     app = FastAPI()
     login = Depends(basic_auth(cfg.auth))
+    # said to pages beyond the limit: synthesised now, never while conversations run
+    busy_audio = spoken_notice(agent) if cfg.max_sessions else None
+
+    async def refuse(ws: WebSocket) -> None:
+        """The busy notice, written and spoken, then the channel closes."""
+        await ws.send_json({"type": "busy", "message": BUSY, "retry_after_s": RETRY_AFTER_S})
+        if busy_audio is not None:
+            await ws.send_bytes(busy_audio)
+            await ws.send_json({"type": "end", "turn": 0})
+        await ws.close(code=4503, reason="busy")
 
     @app.websocket("/agent/ws/{sid}")
     async def audio_socket(ws: WebSocket, sid: str) -> None:
         """Microphone frames up, reply audio and player commands down (app/transport.py).
-        The id is the credential: only ids the server issued are served."""
+        The id is the credential: only ids the server issued are served (and the tickets
+        of refused pages, with the busy notice)."""
         await ws.accept()
-        session = hub.get(sid)
+        if hub.redeem(sid):
+            await refuse(ws)
+            return
+        try:
+            session = hub.attach(sid)
+        except Busy:
+            await refuse(ws)
+            return
         if session is None:
             await ws.send_json({"type": "error", "message": UNKNOWN_SESSION})
             await ws.close(code=4404, reason="unknown session")
             return
-        await serve_socket(ws, session, conversation)
+        try:
+            await serve_socket(ws, session, conversation)
+        finally:
+            hub.detach(sid)
 
     @app.post("/agent/session", dependencies=[login])
-    async def new_session() -> dict:
-        """A session for a script that talks to the audio channel as the page does."""
-        return {"sid": hub.create().sid}
+    async def new_session() -> Response:
+        """A session for a script that talks to the audio channel as the page does; 503
+        with the time to wait when every slot is taken."""
+        try:
+            return JSONResponse({"sid": hub.create(script=True).sid})
+        except Busy:
+            return JSONResponse({"error": "busy", "message": BUSY,
+                                 "retry_after_s": RETRY_AFTER_S}, status_code=503,
+                                headers={"Retry-After": str(RETRY_AFTER_S)})
+
+    @app.get("/metrics", dependencies=[login])
+    async def metrics() -> Response:
+        """Prometheus' text format (app/prometheus.py; docs/grafana-voice-agent.json)."""
+        return Response(figures.render(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/agent/export/{sid}.{fmt}", dependencies=[login])
     async def export(sid: str, fmt: str) -> Response:
@@ -85,7 +127,8 @@ def create_app(agent: Agent, title: str = "Voice agent", notice: str = "") -> Fa
 
     @app.get("/agent/health", dependencies=[login])
     async def health() -> dict:
-        return {"ok": True, "sessions": len(hub), "model": cfg.primary.model,
+        return {"ok": True, "sessions": len(hub), "live_sessions": hub.live,
+                "max_sessions": cfg.max_sessions, "model": cfg.primary.model,
                 "page_updates": ui.polls, "page_update_cpu_ms": round(ui.poll_cpu_s * 1000, 1)}
 
     demo = build_blocks(ui, title)
@@ -93,8 +136,19 @@ def create_app(agent: Agent, title: str = "Voice agent", notice: str = "") -> Fa
     app = gr.mount_gradio_app(app, demo, path="/", auth=cfg.auth, css=CSS,
                               max_file_size=f"{cfg.max_upload_mb:.0f}mb",
                               footer_links=["api", "gradio"])
-    app.state.hub, app.state.ui = hub, ui
+    app.state.hub, app.state.ui, app.state.figures = hub, ui, figures
     return app
+
+
+def spoken_notice(agent: Agent) -> bytes | None:
+    """The busy notice as one reply-audio message (turn 0); None, with a warning, when no
+    voice could say it (pages then get the written notice alone)."""
+    try:
+        pcm, rate, engine, _ = agent.tts.synthesize(BUSY, "en")
+    except TtsError as exc:
+        log.warning("the busy notice is written only: TTS failed (%s)", exc)
+        return None
+    return audio_message(SpeechChunk(0, 0, pcm, rate, BUSY, engine, time.perf_counter()))
 
 
 def serve(app: FastAPI, host: str, port: int, ready_message: str = "", ssl_certfile: str = "",

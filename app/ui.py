@@ -12,7 +12,7 @@ import soxr
 
 from app.audio import AudioInputError, load_upload, wav_bytes
 from app.conversation import Conversation
-from app.hub import SessionHub
+from app.hub import BUSY, Busy, SessionHub
 from app.metrics import to_csv, to_json
 from app.session import Session
 from app.vad import has_speech
@@ -46,16 +46,48 @@ class VoiceUi:
         self.poll_cpu_s = 0.0
         """CPU time the page's update loop has cost this process (docs/PERFORMANCE.md)."""
         self.polls = 0
+        self._pages: dict[str, str] = {}
+        """Gradio's id of each page (or API client) -> its session's id, until it closes."""
 
     # --- callbacks --------------------------------------------------------------------------
-    def init(self) -> tuple[Session, str]:
-        """A page opened (behind the login, if any): its session, and the id its audio
-        channel presents."""
-        session = self.hub.create()
-        return session, session.sid
+    def init(self, request: gr.Request) -> tuple[Session | None, str, str]:
+        """A page opened (behind the login, if any): its session, the id its audio channel
+        presents, the status. With every slot taken: no session, a ticket for the spoken
+        notice instead of an id, and the written one."""
+        try:
+            session = self._create(request)
+        except Busy:
+            return None, self.hub.ticket(), f"**{BUSY}**"
+        return session, session.sid, "**Ready.**"
 
-    def on_text(self, text: str, session: Session | None) -> tuple[str, Session]:
-        session = session or self.hub.create()
+    def close(self, request: gr.Request) -> None:
+        """The page's tab closed (Gradio's unload): its slot is free, its turn stops."""
+        sid = self._pages.pop(request.session_hash, None) if request.session_hash else None
+        session = self.hub.get(sid) if sid else None
+        if session is not None:
+            self.hub.release(sid)
+            self.conversation.barge_in(session)
+
+    def _create(self, request: gr.Request) -> Session:
+        """A live session for this page or API client (raises Busy)."""
+        session = self.hub.create()
+        if request.session_hash:
+            self._pages[request.session_hash] = session.sid
+        return session
+
+    def _session(self, session: Session | None, request: gr.Request) -> Session:
+        """The caller's session; an API client's first call makes one (a gr.Error when the
+        agent is busy)."""
+        if session is not None:
+            return session
+        try:
+            return self._create(request)
+        except Busy as exc:
+            raise gr.Error(BUSY) from exc
+
+    def on_text(self, text: str, session: Session | None,
+                request: gr.Request) -> tuple[str, Session]:
+        session = self._session(session, request)
         text = (text or "").strip()
         if not text:
             raise gr.Error("Type something first.")
@@ -64,9 +96,10 @@ class VoiceUi:
         self.conversation.start_text(session, text)
         return "", session
 
-    def voice_turn(self, audio_path: str | None, session: Session | None):
+    def voice_turn(self, audio_path: str | None, session: Session | None,
+                   request: gr.Request):
         """One whole turn from an audio file: (transcript, reply, reply WAV, metrics)."""
-        session = session or self.hub.create()
+        session = self._session(session, request)
         cfg = self.agent.cfg
         if not audio_path:
             raise gr.Error("No audio received.")
@@ -173,8 +206,9 @@ def build_blocks(ui: VoiceUi, title: str) -> gr.Blocks:
                     json_btn = gr.DownloadButton("Export JSON", size="sm")
         table = gr.Dataframe(headers=TABLE_HEADERS, label="Turns", interactive=False,
                              elem_id="va-turns", max_height=320)
-        demo.load(ui.init, inputs=None, outputs=[state, sid], api_name=False).then(
+        demo.load(ui.init, inputs=None, outputs=[state, sid, status], api_name=False).then(
             None, inputs=[sid], outputs=None, js=VOICE_JS)
+        demo.unload(ui.close)
         text.submit(ui.on_text, [text, state], [text, state], concurrency_limit=None)
         send.click(ui.on_text, [text, state], [text, state], concurrency_limit=None,
                    api_name="text_turn")

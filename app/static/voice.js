@@ -7,7 +7,9 @@
 // into an <audio> element (a path the browser's echo canceller covers, unlike Web Audio's
 // own output); it reports when a turn's first sample is audible, and on a stop command it
 // goes silent at once and reports how much of each piece was heard.
-// Runs once the page has loaded and the server issued its session id (app/hub.py).
+// Runs once the page has loaded and the server issued its session id (app/hub.py); a page
+// beyond --max-sessions gets a ticket instead, which the channel answers with the spoken
+// busy notice (played at the first click: autoplay rules) before it closes.
 (sid) => {
   if (window.voiceAgent || !sid) return [];
   const ctx = new (window.AudioContext || window.webkitAudioContext)({ latencyHint: "interactive" });
@@ -159,12 +161,13 @@
         t.ended = true;
         maybeDone(msg.turn);
       } else if (msg.type === "ready") va.ready = true;
+      else if (msg.type === "busy") { va.busy = msg.message; label(); }
       else if (msg.type === "error") console.warn("voice agent:", msg.message);
     };
     ws.onclose = (ev) => {
       va.ready = false;
-      if (ev.code === 4404) {  // the server no longer knows this page (it restarted)
-        va.gone = true;
+      if (ev.code === 4404 || ev.code === 4503) {  // the app restarted, or it is busy
+        va.gone = ev.code === 4404;
         if (va.mic) micStop();
         label();
         return;
@@ -235,12 +238,13 @@
     const btn = document.getElementById("va-mic-btn");
     const state = document.getElementById("va-mic-state");
     if (btn) btn.textContent = va.mic ? "■ Stop talking" : "🎙 Start talking";
-    if (state) state.textContent = va.gone ? "the app restarted: reload the page" :
-      va.mic ? "listening (echo cancellation on)" : "microphone off";
+    if (state) state.textContent = va.busy || (va.gone ? "the app restarted: reload the page" :
+      va.mic ? "listening (echo cancellation on)" : "microphone off");
   }
   document.addEventListener("click", async (e) => {
     if (!e.target.closest || !e.target.closest("#va-mic-btn")) return;
-    resume();
+    resume();  // a busy page: this plays the spoken notice, which waits for a gesture
+    if (va.busy) return;
     try {
       if (va.mic) micStop(); else await micStart();
     } catch (err) {
