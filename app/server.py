@@ -66,14 +66,6 @@ def create_app(agent: Agent, title: str = "Voice agent", notice: str = "") -> Fa
     # said to pages beyond the limit: synthesised now, never while conversations run
     busy_audio = spoken_notice(agent) if cfg.max_sessions else None
 
-    async def refuse(ws: WebSocket) -> None:
-        """The busy notice, written and spoken, then the channel closes."""
-        await ws.send_json({"type": "busy", "message": BUSY, "retry_after_s": RETRY_AFTER_S})
-        if busy_audio is not None:
-            await ws.send_bytes(busy_audio)
-            await ws.send_json({"type": "end", "turn": 0})
-        await ws.close(code=4503, reason="busy")
-
     @app.websocket("/agent/ws/{sid}")
     async def audio_socket(ws: WebSocket, sid: str) -> None:
         """Microphone frames up, reply audio and player commands down (app/transport.py).
@@ -81,12 +73,12 @@ def create_app(agent: Agent, title: str = "Voice agent", notice: str = "") -> Fa
         of refused pages, with the busy notice)."""
         await ws.accept()
         if hub.redeem(sid):
-            await refuse(ws)
+            await refuse(ws, busy_audio)
             return
         try:
             session = hub.attach(sid)
         except Busy:
-            await refuse(ws)
+            await refuse(ws, busy_audio)
             return
         if session is None:
             await ws.send_json({"type": "error", "message": UNKNOWN_SESSION})
@@ -136,8 +128,17 @@ def create_app(agent: Agent, title: str = "Voice agent", notice: str = "") -> Fa
     app = gr.mount_gradio_app(app, demo, path="/", auth=cfg.auth, css=CSS,
                               max_file_size=f"{cfg.max_upload_mb:.0f}mb",
                               footer_links=["api", "gradio"])
-    app.state.hub, app.state.ui, app.state.figures = hub, ui, figures
+    app.state.hub, app.state.ui = hub, ui
     return app
+
+
+async def refuse(ws: WebSocket, audio: bytes | None) -> None:
+    """A channel beyond the limit: the busy notice, written and spoken, then it closes."""
+    await ws.send_json({"type": "busy", "message": BUSY, "retry_after_s": RETRY_AFTER_S})
+    if audio is not None:
+        await ws.send_bytes(audio)
+        await ws.send_json({"type": "end", "turn": 0})  # the page's player plays it out
+    await ws.close(code=4503, reason="busy")
 
 
 def spoken_notice(agent: Agent) -> bytes | None:
