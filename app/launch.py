@@ -76,8 +76,11 @@ def stop_group(proc: subprocess.Popen | None, timeout_s: float = 15.0) -> None:
         pass
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGTERM when the app dies, even by SIGKILL (Linux)."""
+def _die_with_parent(cpus: frozenset[int] | None = None) -> None:
+    """In the child before exec: get SIGTERM when the app dies, even by SIGKILL (Linux);
+    keep to `cpus` if given."""
+    if cpus:
+        os.sched_setaffinity(0, cpus)
     try:
         import ctypes
 
@@ -97,6 +100,8 @@ class VllmServer:
     python: str = ""
     """Interpreter with vLLM installed; default: .venv-vllm if present, else this one."""
     log_path: Path = ROOT / "logs" / "vllm.log"
+    cpus: frozenset[int] | None = None
+    """Cores the whole server (API server, engine core, worker) may run on; None: any."""
     proc: subprocess.Popen | None = None
 
     @property
@@ -118,7 +123,7 @@ class VllmServer:
         env = {**os.environ, **self.env}
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
                                      env=env, start_new_session=True,
-                                     preexec_fn=_die_with_parent)
+                                     preexec_fn=functools.partial(_die_with_parent, self.cpus))
         atexit.register(self.stop)
         return self
 

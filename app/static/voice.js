@@ -144,6 +144,13 @@
   }
 
   // ---- the channel ----------------------------------------------------------------------
+  // The server says when the session changed; the page then fetches what is new through
+  // a hidden button's Gradio event (no polling while nothing happens).
+  function render() {
+    const el = document.getElementById("va-refresh");
+    const btn = el && (el.tagName === "BUTTON" ? el : el.querySelector("button"));
+    if (btn) btn.click();
+  }
   function connect() {
     const proto = location.protocol === "https:" ? "wss" : "ws";
     const ws = new WebSocket(`${proto}://${location.host}/agent/ws/${sid}`);
@@ -158,7 +165,8 @@
         const t = va.turns[msg.turn] || (va.turns[msg.turn] = { pieces: [], sources: [] });
         t.ended = true;
         maybeDone(msg.turn);
-      } else if (msg.type === "ready") va.ready = true;
+      } else if (msg.type === "render") render();
+      else if (msg.type === "ready") { va.ready = true; render(); }
       else if (msg.type === "error") console.warn("voice agent:", msg.message);
     };
     ws.onclose = (ev) => {
