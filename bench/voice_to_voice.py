@@ -61,7 +61,7 @@ GAP_S = 15.0  # pause after each question: room for the reply to play out
 MAX_TOKENS = 40
 FIGURES = ["v2v_ms", "probe_v2v_ms", "eot_wait_ms", "asr_ms", "asr_after_speech_ms",
            "ttft_ms", "first_piece_ms", "first_piece_tokens", "tts_first_audio_ms",
-           "transport_ms", "playback_ms", "ms_per_token", "reply_tokens"]
+           "transport_ms", "playback_ms", "handoff_ms", "ms_per_token", "reply_tokens"]
 PROBE_JS = (Path(__file__).parent / "probe.js").read_text()
 OFFLINE = ["--max-tokens", str(MAX_TOKENS), "--edge-proxy", "http://127.0.0.1:9"]
 # the revision before the streaming path had no --preset: its demo settings, spelled out
@@ -99,6 +99,9 @@ def baseline_tree(rev: str) -> Path:
     if not tree.exists():
         subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], cwd=ROOT,
                        check=True, capture_output=True)
+    for env in (".venv-vllm",):  # the serving environment is not in git: this checkout's
+        if (ROOT / env).exists() and not (tree / env).exists():
+            (tree / env).symlink_to(ROOT / env)
     return tree
 
 
