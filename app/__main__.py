@@ -16,6 +16,7 @@ from app.launch import (
     VllmServer,
     all_cpus,
     app_cpus,
+    cpu_choices,
     cpu_server,
     format_plan,
     gpu_memory_gib,
@@ -158,9 +159,12 @@ def main(argv: list[str] | None = None) -> None:
         if cfg.host not in ("127.0.0.1", "localhost", "::1"):
             print(f"warning: listening on {cfg.host}: anyone who can reach it and knows the "
                   "password can use the agent.", file=sys.stderr)
-        app = create_app(agent, title=f"Voice agent · {cfg.primary.model}",
-                         notice=notice(cfg) + f"\n\nPersona `{cfg.persona.name}`: "
-                         f"{agent.persona_note}.")
+        page_notice = notice(cfg) + f"\n\nPersona `{cfg.persona.name}`: {agent.persona_note}."
+        if args.demo:
+            choices = cpu_choices()
+            print(choices, flush=True)
+            page_notice += f"\n\n{choices}."
+        app = create_app(agent, title=f"Voice agent · {cfg.primary.model}", notice=page_notice)
         serve(app, cfg.host, cfg.port,
               f"\n  Voice agent running on http://{cfg.host}:{cfg.port}  (Ctrl-C stops)\n")
     except KeyboardInterrupt:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.config import MODELS, ROOT
+from app.machine import describe, machine
 
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 DEMO_MODEL = MODELS / "smollm2-135m-instruct"
@@ -257,11 +258,16 @@ def cpu_dtype() -> str:
     """bfloat16 where the CPU computes it natively, else float32: without native bf16 the
     prefill is several times slower in bf16 (`python -m bench.cpu_serving`,
     docs/PERFORMANCE.md)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "float32"
-    return "bfloat16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
+    isa = machine()["isa"]
+    return "bfloat16" if ("avx512_bf16" in isa or "amx_bf16" in isa) else "float32"
+
+
+def cpu_choices() -> str:
+    """What the CPU default chose from this CPU, for the page and the log."""
+    dtype = cpu_dtype()
+    why = "native bf16" if dtype == "bfloat16" else "no native bf16 on this CPU"
+    return (f"CPU: {describe(machine())} · vLLM {dtype} ({why}) on core {vllm_cpu()}; the "
+            f"app and TTS on {app_cpus()}; ASR on {all_cpus()}")
 
 
 HYBRID_CPU_FLAGS = [*MODEL_FLAGS, "--language-model-only"]

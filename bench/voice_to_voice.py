@@ -42,9 +42,9 @@ import soundfile as sf
 
 from app.interruption import words
 from app.launch import ROOT, AppServer, app_cpus, cpu_server
+from app.machine import describe, machine
 from app.metrics import percentile
 from app.prepare import package_dir
-from bench.machine import describe, machine
 from bench.page import open_page, start_recording, stop_recording
 
 BASELINE = "6786e0b"  # the last commit before the streaming audio path
