@@ -69,7 +69,10 @@ def app_roots(reqs: list, skip: set[str]) -> tuple[list, list[str]]:
         name = _canon(r.name)
         if name in NOT_STAGED or name in MODEL_PACKAGES:
             continue
-        (skipped.append(name) if name in skip else roots.append(r))
+        if name in skip:
+            skipped.append(name)
+        else:
+            roots.append(r)
     return roots, skipped
 
 
