@@ -41,8 +41,11 @@ def demo_servers(args: argparse.Namespace) -> list[VllmServer]:
     if not args.no_ab and not args.anchor_base_url:
         # Until `python -m build` makes the W4A16 layout of the small model, the anchor is the
         # same bf16 weights served without prefix caching: a second serving configuration.
+        # It shares the primary's core at idle priority: a user's turn takes the core from
+        # it at once (its request, cut short, is sent again when the conversation is idle).
         anchor = cpu_server(served_name=ANCHOR_SERVED_NAME, log_name="vllm-cpu-anchor.log",
                             prefix_caching=False)
+        anchor.idle_priority = True
         args.anchor_base_url, args.anchor_model = anchor.base_url, ANCHOR_SERVED_NAME
         servers.append(anchor)
     return servers
