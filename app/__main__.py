@@ -16,6 +16,7 @@ from app.launch import (
     VllmServer,
     all_cpus,
     app_cpus,
+    cpu_choices,
     cpu_server,
     format_plan,
     gpu_memory_gib,
@@ -40,8 +41,11 @@ def demo_servers(args: argparse.Namespace) -> list[VllmServer]:
     if not args.no_ab and not args.anchor_base_url:
         # Until `python -m build` makes the W4A16 layout of the small model, the anchor is the
         # same bf16 weights served without prefix caching: a second serving configuration.
+        # It shares the primary's core at idle priority: a user's turn takes the core from
+        # it at once (its request, cut short, is sent again when the conversation is idle).
         anchor = cpu_server(served_name=ANCHOR_SERVED_NAME, log_name="vllm-cpu-anchor.log",
                             prefix_caching=False)
+        anchor.idle_priority = True
         args.anchor_base_url, args.anchor_model = anchor.base_url, ANCHOR_SERVED_NAME
         servers.append(anchor)
     return servers
@@ -158,9 +162,12 @@ def main(argv: list[str] | None = None) -> None:
         if cfg.host not in ("127.0.0.1", "localhost", "::1"):
             print(f"warning: listening on {cfg.host}: anyone who can reach it and knows the "
                   "password can use the agent.", file=sys.stderr)
-        app = create_app(agent, title=f"Voice agent · {cfg.primary.model}",
-                         notice=notice(cfg) + f"\n\nPersona `{cfg.persona.name}`: "
-                         f"{agent.persona_note}.")
+        page_notice = notice(cfg) + f"\n\nPersona `{cfg.persona.name}`: {agent.persona_note}."
+        if args.demo:
+            choices = cpu_choices()
+            print(choices, flush=True)
+            page_notice += f"\n\n{choices}."
+        app = create_app(agent, title=f"Voice agent · {cfg.primary.model}", notice=page_notice)
         scheme = "https" if cfg.ssl_certfile else "http"
         serve(app, cfg.host, cfg.port,
               f"\n  Voice agent running on {scheme}://{cfg.host}:{cfg.port}  (Ctrl-C stops)\n",

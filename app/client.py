@@ -190,6 +190,8 @@ class VoiceClient:
                     reply.chunks.append(np.frombuffer(msg, "<i2", offset=AUDIO_HEADER.size))
                 continue
             event = json.loads(msg)
+            if event.get("type") == "render":
+                continue  # the page's cue to fetch its view; a script has none
             reply.events.append(event)
             if event.get("type") == "end" and event.get("turn") == reply.turn and reply.chunks:
                 self._ws.send(json.dumps({"type": "done", "turn": reply.turn, "t_ms": now_ms(),

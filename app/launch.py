@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.config import MODELS, ROOT
+from app.machine import describe, machine
 
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 DEMO_MODEL = MODELS / "smollm2-135m-instruct"
@@ -78,8 +79,13 @@ def stop_group(proc: subprocess.Popen | None, timeout_s: float = 15.0) -> None:
         pass
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGTERM when the app dies, even by SIGKILL (Linux)."""
+def _die_with_parent(cpus: frozenset[int] | None = None, idle: bool = False) -> None:
+    """In the child before exec: get SIGTERM when the app dies, even by SIGKILL (Linux);
+    keep to `cpus` if given; with `idle`, run only when the CPU has nothing else to run."""
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    if idle:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     try:
         import ctypes
 
@@ -99,6 +105,11 @@ class VllmServer:
     python: str = ""
     """Interpreter with vLLM installed; default: .venv-vllm if present, else this one."""
     log_path: Path = ROOT / "logs" / "vllm.log"
+    cpus: frozenset[int] | None = None
+    """Cores the whole server (API server, engine core, worker) may run on; None: any."""
+    idle_priority: bool = False
+    """Linux SCHED_IDLE for the whole server: it gets a core only when nothing else wants
+    it (the CPU demo's A/B anchor, which shares the primary's core)."""
     proc: subprocess.Popen | None = None
 
     @property
@@ -120,7 +131,8 @@ class VllmServer:
         env = {**os.environ, **self.env}
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
                                      env=env, start_new_session=True,
-                                     preexec_fn=_die_with_parent)
+                                     preexec_fn=functools.partial(_die_with_parent, self.cpus,
+                                                                  self.idle_priority))
         atexit.register(self.stop)
         return self
 
@@ -258,11 +270,16 @@ def cpu_dtype() -> str:
     """bfloat16 where the CPU computes it natively, else float32: without native bf16 the
     prefill is several times slower in bf16 (`python -m bench.cpu_serving`,
     docs/PERFORMANCE.md)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "float32"
-    return "bfloat16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
+    isa = machine()["isa"]
+    return "bfloat16" if ("avx512_bf16" in isa or "amx_bf16" in isa) else "float32"
+
+
+def cpu_choices() -> str:
+    """What the CPU default chose from this CPU, for the page and the log."""
+    dtype = cpu_dtype()
+    why = "native bf16" if dtype == "bfloat16" else "no native bf16 on this CPU"
+    return (f"CPU: {describe(machine())} · vLLM {dtype} ({why}) on core {vllm_cpu()}; the "
+            f"app and TTS on {app_cpus()}; ASR on {all_cpus()}")
 
 
 HYBRID_CPU_FLAGS = [*MODEL_FLAGS, "--language-model-only"]

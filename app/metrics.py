@@ -83,6 +83,9 @@ class TurnMetrics:
     """Barge-in: the microphone frame that decided it -> the player silent (browser)."""
     heard_chars: int | None = None
     """Barge-in: characters of the reply the user heard; the history keeps only those."""
+    handoff_ms: float | None = None
+    """The chain's hand-offs between threads summed (`HANDOFFS`: time no stage works on the
+    turn, e.g. a queue's wait for the TTS thread)."""
     timeline: dict = field(default_factory=dict)
     """Stage events in ms after the last voiced frame (typed turns: after send): the
     waterfall of where the turn's time went."""
@@ -100,7 +103,8 @@ class TurnMetrics:
 
 FIGURES = ["v2v_ms", "eot_wait_ms", "asr_ms", "asr_after_speech_ms", "ttft_ms",
            "first_piece_ms", "tts_first_audio_ms", "transport_ms", "playback_ms",
-           "ms_per_token", "reply_tokens", "llm_turn_ms", "cached_tokens", "interrupt_ms"]
+           "handoff_ms", "ms_per_token", "reply_tokens", "llm_turn_ms", "cached_tokens",
+           "interrupt_ms"]
 LABELS = {
     "asr_ms": "ASR ms", "ttft_ms": "TTFT ms", "ms_per_token": "ms/token",
     "reply_tokens": "reply tokens", "llm_turn_ms": "LLM turn ms",
@@ -109,11 +113,20 @@ LABELS = {
     "eot_wait_ms": "end-of-turn wait ms", "asr_after_speech_ms": "ASR done after speech ms",
     "first_piece_ms": "first piece tokens ms", "transport_ms": "transport ms",
     "playback_ms": "playback start ms", "interrupt_ms": "interrupt-to-silence ms",
-    "held_ms": "held for commit ms",
+    "held_ms": "held for commit ms", "handoff_ms": "hand-offs ms",
 }
 # Server stage events in the order a turn passes them (the waterfall's rows).
-STAGES = ["asr_start", "asr_end", "judged", "committed", "llm_sent", "first_token", "first_piece",
-          "first_audio", "first_sent"]
+STAGES = ["start", "asr_start", "asr_decode", "asr_end", "asr_handed", "judged", "committed",
+          "llm_sent", "first_token", "first_piece", "tts_start", "first_audio", "first_sent"]
+"""start: the turn begins (a voice turn: at the user's first short pause); asr_start: its
+thread asks for ASR; asr_decode / asr_end: the ASR worker decodes; asr_handed: the turn's
+thread has the words; tts_start: the TTS thread takes the first piece."""
+HANDOFFS = [("start", "asr_start", "turn thread starts"),
+            ("asr_start", "asr_decode", "ASR worker picks up"),
+            ("asr_end", "asr_handed", "transcript back to the turn"),
+            ("asr_handed", "llm_sent", "request built"),
+            ("first_piece", "tts_start", "TTS thread picks up")]
+"""The chain's hand-offs between threads and stages: (from, to, what happens between)."""
 
 
 def ms(seconds: float) -> float:
@@ -192,6 +205,8 @@ def fill_timeline(m: TurnMetrics, stamps: dict[str, float], last_voiced_ms: floa
     held = span("first_audio", "committed")
     m.held_ms = held if held is not None and held > 0 else None
     m.transport_ms = span("first_sent", "received")
+    gaps = [g for a, b, _ in HANDOFFS if (g := span(a, b)) is not None]
+    m.handoff_ms = round(sum(gaps), 1) if gaps else None
 
 
 def fill_llm(m: TurnMetrics, stats, view=None) -> None:

@@ -215,6 +215,7 @@ class Agent:
         while (piece := pieces.get()) is not None:
             if turn.cancel.is_set():
                 continue
+            turn.stamp("tts_start")
             try:
                 pcm, rate, engine, note = self.tts.synthesize(
                     piece.text, language_of(piece.text, default=default))

@@ -21,6 +21,7 @@ FONT = "font-family='sans-serif' font-size='11'"
 # (label, start event, end event) on the turn's timeline; "0" is the last voiced frame
 BARS = [
     ("end-of-turn wait", "0", "committed"),
+    ("pause seen", "0", "start"),
     ("ASR", "asr_start", "asr_end"),
     ("end-of-turn verdict", "asr_end", "judged"),
     ("TTFT", "llm_sent", "first_token"),
@@ -29,8 +30,8 @@ BARS = [
     ("transport", "first_sent", "received"),
     ("playback start", "received", "audible"),
 ]
-BAR_COLORS = ["#999999", "#9467bd", "#bcbd22", "#d62728", "#ff7f0e", "#2ca02c", "#17becf",
-                "#8c564b"]
+BAR_COLORS = ["#999999", "#c7c7c7", "#9467bd", "#bcbd22", "#d62728", "#ff7f0e", "#2ca02c",
+              "#17becf", "#8c564b"]
 
 
 def _nice_max(value: float) -> float:

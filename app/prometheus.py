@@ -28,6 +28,7 @@ STAGE_FIGURES = {
     "transport_ms": "transport",
     "playback_ms": "playback_start",
     "interrupt_ms": "interrupt_to_silence",
+    "handoff_ms": "handoffs",
 }
 """TurnMetrics field (its docstring says from which event to which) -> the `stage` label."""
 BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8,

@@ -15,7 +15,7 @@ from app.wire import Outbox, audio_message
 @dataclass
 class Session:
     """Everything one conversation owns. Fields change under `lock`; `version` bumps on change
-    so the page's poller sends only what is new."""
+    and the page is told to fetch what is new."""
 
     sid: str
     history: list[dict] = field(default_factory=list)
@@ -36,13 +36,16 @@ class Session:
     rendered: int = -1
     """`version` the page last received."""
     page_cache: dict = field(default_factory=dict, repr=False)
-    """What the page last received of each output (the poller sends only changes)."""
+    """What the page last received of each output (only changes are sent)."""
 
     def touch(self, status: str | None = None) -> None:
         with self.lock:
             if status is not None:
                 self.status = status
             self.version += 1
+        outbox = self.outbox
+        if outbox is not None:
+            outbox.changed()  # the page fetches the change (app/ui.py VoiceUi.poll)
 
     def new_turn_id(self) -> int:
         with self.lock:

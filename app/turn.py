@@ -117,7 +117,9 @@ class Turn:
 
     # --- what the stages produce --------------------------------------------------------------
     def transcribed(self, tr: Transcript) -> None:
+        self.stamp("asr_decode", tr.asr_start)
         self.stamp("asr_end", tr.asr_end)
+        self.stamp("asr_handed")
         self.metrics.asr_ms = ms(tr.asr_end - tr.asr_start)
 
     def on_delta(self, delta: ReplyDelta, sent: float) -> None:

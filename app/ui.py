@@ -119,8 +119,8 @@ class VoiceUi:
         return user, reply, _write_wav(turn.collect or []), turn.metrics.to_dict(), session
 
     def poll(self, session: Session | None):
-        """What changed since the last tick; unchanged outputs are skipped, so the browser
-        re-renders only those (a streamed reply changes the chat, not the plots)."""
+        """What changed since the page last fetched; unchanged outputs are skipped, so the
+        browser re-renders only those (a streamed reply changes the chat, not the plots)."""
         t0 = time.thread_time()
         try:
             return self._poll(session)
@@ -214,9 +214,11 @@ def build_blocks(ui: VoiceUi, title: str) -> gr.Blocks:
                    api_name="text_turn")
         upload.upload(ui.voice_turn, [upload, state], [heard, said, reply_audio, turn_json, state],
                       api_name="voice_turn", concurrency_limit=None)
-        timer = gr.Timer(0.25)
-        timer.tick(ui.poll, [state], [chatbot, status, figures, medians, table, *plots],
-                   show_progress="hidden", concurrency_limit=None, api_name=False)
+        # pressed by the page's script when the server says the session changed (wire.py)
+        refresh = gr.Button("refresh", elem_id="va-refresh", elem_classes=["va-hidden"])
+        refresh.click(ui.poll, [state], [chatbot, status, figures, medians, table, *plots],
+                      show_progress="hidden", concurrency_limit=None, api_name=False,
+                      trigger_mode="always_last")
         csv_btn.click(lambda s: ui.export(s, "csv"), [state], [csv_btn], api_name="export_csv")
         json_btn.click(lambda s: ui.export(s, "json"), [state], [json_btn],
                        api_name="export_json")

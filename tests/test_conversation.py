@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -78,7 +79,8 @@ def talk(loop, script: list[tuple[str, float]]):
         out = []
         while not session.outbox.queue.empty():
             msg = json.loads(session.outbox.queue.get_nowait())
-            out.append(msg["type"])
+            if msg["type"] != "render":  # the page's refresh notice, not a player command
+                out.append(msg["type"])
         return out
 
     return conversation, session, sent
@@ -202,3 +204,33 @@ def test_an_echo_going_on_after_the_reply_is_still_no_turn(loop):
     conversation.on_report(session, PlayerReport("done", 3, t_ms=2000.0, heard=(1.0,)))
     conversation.on_vad(session, event("end", last_voiced_ms=2400.0))  # a long room echo
     assert conversation.agent.ran == [] and conversation.agent.asr.script == []
+
+
+def test_the_page_is_told_of_changes_at_most_five_times_a_second():
+    """Session.touch from any thread -> one `render` notice per RENDER_EVERY_S at most, and
+    none lost: a change after a notice gets a notice of its own."""
+    from app.wire import RENDER_EVERY_S
+
+    loop = asyncio.new_event_loop()
+    session = Session("s")
+    session.outbox = Outbox(loop)
+
+    def notices(wait_s: float) -> int:
+        loop.run_until_complete(asyncio.sleep(wait_s))
+        n = 0
+        while not session.outbox.queue.empty():
+            n += json.loads(session.outbox.queue.get_nowait())["type"] == "render"
+        return n
+
+    threads = [threading.Thread(target=lambda: [session.touch() for _ in range(50)])
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert notices(0.05) == 1  # 200 changes from 4 threads: one notice at once
+    session.touch("Thinking...")
+    assert notices(0.0) == 0  # within RENDER_EVERY_S of the last: not yet
+    assert notices(RENDER_EVERY_S + 0.05) == 1  # but it comes
+    assert notices(RENDER_EVERY_S + 0.05) == 0  # nothing changed since: silence
+    loop.close()

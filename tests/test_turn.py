@@ -104,9 +104,10 @@ def test_one_owner_fills_every_stage_figure():
     clock.observe(captured_ms=1020.0, arrived=50.030)  # a slower frame does not move it
     m = TurnMetrics(1, "primary")
     t0 = clock.to_server(900.0)  # the last voiced frame, 100 ms before that
-    stamps = {"asr_start": t0 + 0.15, "asr_end": t0 + 0.45, "committed": t0 + 0.42,
+    stamps = {"start": t0 + 0.13, "asr_start": t0 + 0.15, "asr_decode": t0 + 0.152,
+              "asr_end": t0 + 0.45, "asr_handed": t0 + 0.451, "committed": t0 + 0.42,
               "llm_sent": t0 + 0.46, "first_token": t0 + 0.60, "first_piece": t0 + 0.80,
-              "first_audio": t0 + 0.90, "first_sent": t0 + 0.901,
+              "tts_start": t0 + 0.805, "first_audio": t0 + 0.90, "first_sent": t0 + 0.901,
               "received_ms": 900.0 + 903.0, "audible_ms": 900.0 + 950.0}
     fill_timeline(m, stamps, 900.0, clock)
     assert m.eot_wait_ms == 420.0 and m.asr_after_speech_ms == 450.0
@@ -114,8 +115,10 @@ def test_one_owner_fills_every_stage_figure():
     assert m.transport_ms == pytest.approx(2.0, abs=0.2) and m.playback_ms == 47.0
     assert m.held_ms is None
     assert m.timeline["audible"] == pytest.approx(950.0, abs=0.2)
-    assert list(m.timeline)[:8] == ["asr_start", "asr_end", "committed", "llm_sent",
-                                    "first_token", "first_piece", "first_audio", "first_sent"]
+    assert list(m.timeline)[:8] == ["start", "asr_start", "asr_decode", "asr_end", "asr_handed",
+                                    "committed", "llm_sent", "first_token"]
+    # the hand-offs: 20 thread start + 2 ASR pick-up + 1 back + 9 request + 5 TTS pick-up
+    assert m.handoff_ms == pytest.approx(37.0, abs=0.2)
 
 
 def test_transport_is_known_when_the_page_answers_before_the_sender_runs_again():

@@ -53,16 +53,16 @@ def test_line_chart_draws_both_series_with_a_gap_for_a_failed_turn():
 
 def test_waterfall_has_a_bar_per_stage_with_its_milliseconds():
     last = TurnMetrics(3, "primary", timeline={
-        "asr_start": 150.0, "asr_end": 250.0, "committed": 420.0, "llm_sent": 422.0,
+        "start": 130.0, "asr_start": 150.0, "asr_end": 250.0, "committed": 420.0, "llm_sent": 422.0,
         "first_token": 560.0, "first_piece": 800.0, "first_audio": 900.0, "first_sent": 901.0,
         "received": 903.0, "audible": 950.0})
     anchor = TurnMetrics(3, "anchor", ttft_ms=180.0)
     svg = waterfall(last, anchor, [last])
-    stages = ["end-of-turn wait", "ASR", "TTFT", "anchor TTFT", "first piece tokens",
+    stages = ["end-of-turn wait", "pause seen", "ASR", "TTFT", "anchor TTFT", "first piece tokens",
               "TTS first audio", "transport", "playback start"]
     for stage in stages:
         assert f"data-stage='{stage}'" in svg, stage
-    for ms in ("420", "100", "138", "180", "240", "2", "47"):
+    for ms in ("420", "130", "100", "138", "180", "240", "2", "47"):
         assert f">{ms}</text>" in svg, ms
     assert len(pictures(rows())) == 5
     # the axis ends at the next round number above the longest bar (950 ms -> 1,000)

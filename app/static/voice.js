@@ -146,6 +146,13 @@
   }
 
   // ---- the channel ----------------------------------------------------------------------
+  // The server says when the session changed; the page then fetches what is new through
+  // a hidden button's Gradio event (no polling while nothing happens).
+  function render() {
+    const el = document.getElementById("va-refresh");
+    const btn = el && (el.tagName === "BUTTON" ? el : el.querySelector("button"));
+    if (btn) btn.click();
+  }
   function connect() {
     const proto = location.protocol === "https:" ? "wss" : "ws";
     const ws = new WebSocket(`${proto}://${location.host}/agent/ws/${sid}`);
@@ -160,7 +167,8 @@
         const t = va.turns[msg.turn] || (va.turns[msg.turn] = { pieces: [], sources: [] });
         t.ended = true;
         maybeDone(msg.turn);
-      } else if (msg.type === "ready") va.ready = true;
+      } else if (msg.type === "render") render();
+      else if (msg.type === "ready") { va.ready = true; render(); }
       else if (msg.type === "busy") { va.busy = msg.message; label(); }
       else if (msg.type === "error") console.warn("voice agent:", msg.message);
     };

@@ -1,5 +1,7 @@
-"""What machine a benchmark ran on: CPU model, cores, the instruction sets that change which
-kernels run (AVX2 / AVX-512 / VNNI / BF16 / AMX), and the ISA caps set in the environment."""
+"""What this machine is: CPU model, cores, the instruction sets that change which kernels
+run (AVX2 / AVX-512 / VNNI / BF16 / AMX) and the ISA caps set in the environment. The demo
+chooses its CPU settings from it (app/launch.py) and says so on the page; every benchmark's
+table names it."""
 
 from __future__ import annotations
 
