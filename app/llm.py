@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Iterator
@@ -36,10 +37,18 @@ class StreamStats:
 
 
 def client_for(endpoint: Endpoint, timeout_s: float):  # openai.OpenAI
+    """One client per server, kept: making one (its HTTP pool, its TLS context) took 53-97
+    ms on the 2-core box and ~30 ms on the H200 host, and each turn paid it between the
+    request being ready and sent (docs/PERFORMANCE.md); a kept one also keeps its
+    connection open. httpx's client is safe to share between threads."""
+    return _client(endpoint.base_url, endpoint.api_key or "EMPTY", timeout_s)
+
+
+@functools.lru_cache(maxsize=32)
+def _client(base_url: str, api_key: str, timeout_s: float):  # openai.OpenAI
     from openai import OpenAI
 
-    return OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key or "EMPTY",
-                  timeout=timeout_s, max_retries=0)
+    return OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0)
 
 
 def stream_chat(endpoint: Endpoint, messages: list[dict], cfg: LlmConfig, turn_id: int,

@@ -27,7 +27,7 @@ from app.asr import Asr
 from app.chunking import SentenceChunker
 from app.config import AppConfig, Endpoint
 from app.endofturn import TurnDetector
-from app.llm import ChatStream, LlmError, OpenAIChat, StreamStats
+from app.llm import ChatStream, LlmError, OpenAIChat, StreamStats, client_for
 from app.messages import ReplyPiece, SpeechChunk, Transcript
 from app.metrics import TurnMetrics, fill_rival
 from app.padding import (
@@ -66,6 +66,9 @@ class Agent:
     def setup(self) -> None:
         self.asr.setup()
         self.tts.setup()
+        if isinstance(self.llm, OpenAIChat):  # its clients, made now, not in a first turn
+            for ep in filter(None, (self.cfg.primary, self.cfg.anchor)):
+                client_for(ep, self.cfg.llm.timeout_s)
         if self.detector.audio is not None:
             self.detector.audio.setup()
 

@@ -1,8 +1,10 @@
+import threading
+
 import pytest
 
 from app.config import Endpoint, LlmConfig
 from app.launch import free_port
-from app.llm import LlmError, StreamStats, check_endpoint, stream_chat
+from app.llm import LlmError, StreamStats, check_endpoint, client_for, stream_chat
 
 pytestmark = pytest.mark.integration
 
@@ -54,3 +56,24 @@ def test_wrong_model_name_is_reported(endpoint):
     with pytest.raises(LlmError, match="404"):
         list(stream_chat(wrong, MESSAGES, LlmConfig(), 1, StreamStats()))
     assert endpoint.model in check_endpoint(endpoint)
+
+
+def test_one_client_per_server_shared_by_threads(endpoint):
+    """Turns reuse their server's client (making one cost 53-97 ms a turn on the 2-core box),
+    and three streams through it at once, from three threads, each get a whole reply."""
+    assert client_for(endpoint, 30.0) is client_for(endpoint, 30.0)
+    other = Endpoint("other", "http://127.0.0.1:1/v1", endpoint.model)
+    assert client_for(other, 30.0) is not client_for(endpoint, 30.0)
+    replies: list[str] = []
+
+    def ask() -> None:
+        stats = StreamStats()
+        replies.append("".join(d.text for d in stream_chat(endpoint, MESSAGES,
+                                                           LlmConfig(max_tokens=8), 1, stats)))
+
+    threads = [threading.Thread(target=ask) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert len(replies) == 3 and all(r.strip() for r in replies), replies
