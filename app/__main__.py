@@ -94,6 +94,9 @@ def dry_run_notice(cfg: AppConfig) -> str:
             notes.append(f"\n\n⚠ The {role} serves a **dry-run** directory (layout "
                          f"`{info.get('layout')}`, dummy weights): replies are random text; "
                          f"only the timings mean something.")
+    if cfg.tts.stand_in:
+        notes.append("\n\n⚠ `--tts-stand-in`: the voice reads stand-in clauses, not the "
+                     "model's words; when each piece is spoken is still the model's.")
     return "".join(notes)
 
 

@@ -219,9 +219,10 @@ class Agent:
             if turn.cancel.is_set():
                 continue
             turn.stamp("tts_start")
+            text = stand_in(piece) if self.cfg.tts.stand_in else piece.text
             try:
                 pcm, rate, engine, note = self.tts.synthesize(
-                    piece.text, language_of(piece.text, default=default))
+                    text, language_of(text, default=default))
             except TtsError as exc:
                 turn.stage_failed("tts", str(exc))
                 session.touch(f"TTS failed: {exc}")
@@ -229,7 +230,7 @@ class Agent:
             turn.spoke_with(f"{engine} ({note})" if note else engine)
             if note:
                 session.touch(f"Speaking with {engine}: {note}")
-            turn.emit_audio(SpeechChunk(turn.turn_id, piece.index, pcm, rate, piece.text,
+            turn.emit_audio(SpeechChunk(turn.turn_id, piece.index, pcm, rate, text,
                                         engine, time.perf_counter()))
 
     def _language_notice(self, turn: Turn, text: str, language: str) -> TurnMetrics:
@@ -324,6 +325,17 @@ LANGUAGE_NAMES = {"en": "English", "zh": "Mandarin"}
 # The notice in the speaker's language, where we have it written (it is spoken too).
 NOTICES = {"zh": "抱歉，这个演示的模型只会说{langs}。请用{langs}提问。"}
 ZH_NAMES = {"en": "英语", "zh": "普通话"}
+
+
+STAND_INS = ["Sure, here is a quick one.", "The moon is about 384,000 kilometres away.",
+             "Good question!", "Try scrambled eggs on toast.", "Because sunlight scatters,",
+             "Pack sunscreen, water and a towel.", "Boil it for about nine minutes.",
+             "Octopuses have three hearts."]
+"""What `--tts-stand-in` speaks: first clauses of the kind a voice reply starts with."""
+
+
+def stand_in(piece: ReplyPiece) -> str:
+    return STAND_INS[(piece.turn_id + piece.index) % len(STAND_INS)]
 
 
 def language_notice(language: str, spoken: tuple[str, ...]) -> str:

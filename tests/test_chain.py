@@ -134,6 +134,20 @@ def test_a_stream_that_breaks_keeps_what_was_said_and_names_the_stage(writers):
     assert writers <= {"app.turn", "app.metrics"}, writers
 
 
+def test_stand_in_speech_keeps_the_models_words_and_timing():
+    """`--tts-stand-in` (dry runs): the voice reads real clauses, one per piece the model's
+    text was cut into; the conversation and history keep what the model said."""
+    from app.pipeline import STAND_INS
+
+    a = agent(ScriptedLlm(REPLY))
+    a.cfg.tts.stand_in = True
+    session, m, chunks = typed_turn(a, "What is the capital of France?")
+    assert session.history[1]["content"] == "".join(REPLY)
+    assert a.tts.spoken and all(text in STAND_INS for text in a.tts.spoken)
+    assert len(a.tts.spoken) == len(chunks) >= 2  # one per piece the chunker cut
+    assert m.first_piece_tokens is not None
+
+
 def test_a_cancelled_turn_stops_reading_the_stream():
     llm = ScriptedLlm(REPLY)
     a = agent(llm)
