@@ -27,11 +27,25 @@ def machine() -> dict:
         pass
     return {"cpu": model, "cores": len(os.sched_getaffinity(0)),
             "isa": [f for f in ISA if f in flags],
-            "isa_caps": {k: os.environ[k] for k in CAPS if k in os.environ}}
+            "isa_caps": {k: os.environ[k] for k in CAPS if k in os.environ},
+            "gpus": gpus()}
+
+
+def gpus() -> list[str]:
+    """The NVIDIA GPUs' names (nvidia-smi), none on a machine without one."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("nvidia-smi"):
+        return []
+    out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                         capture_output=True, text=True, timeout=30)
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
 
 
 def describe(m: dict) -> str:
     """One line for a table's caption: "AMD EPYC, 2 cores, avx2 fma"."""
     caps = ", ".join(f"{k}={v}" for k, v in m["isa_caps"].items())
+    gpu = f" + {len(m['gpus'])}x {m['gpus'][0]}" if m.get("gpus") else ""
     return f"{m['cpu']}, {m['cores']} cores, {' '.join(m['isa']) or 'no AVX2'}" + \
-        (f" (capped: {caps})" if caps else "")
+        (f" (capped: {caps})" if caps else "") + gpu

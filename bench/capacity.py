@@ -1,0 +1,175 @@
+"""How many conversations one app serves: N callers at once, each its own session talking
+through the app's audio channel, for each N of a sweep, against one running app.
+
+  .venv/bin/python -m bench.capacity --sessions 1,2,4 --turns 3 --out docs/bench/capacity \\
+      -- --demo --no-ab                         # the 2-core default, small N
+  python -m bench.capacity --sessions 1,8,16,32 --turns 5 --out OUT -- \\
+      --launch --primary-checkpoint DRY_LOWLAT ...     # a GPU host's sweep
+
+The app is started once as a user starts it (`python -m app ARGS`) and stays up for the
+whole sweep. Each caller is an `app.client.VoiceClient` in a thread: it starts after a
+random 0-2 s, says `--turns` clips (the recorded English questions and piper-spoken ones of
+`bench.voice_turns`), and speaks again 1 s after each reply's last chunk. A caller the app
+turns away (`--max-sessions`: HTTP 503, `AgentBusy`) is counted as refused. Figures are the
+app's own records (`/agent/export` of each session): voice-to-voice, the end-of-turn wait,
+ASR, TTFT, first piece, TTS first audio, transport and the hand-offs, per N. On a host with
+`nvidia-smi`, the GPU's utilisation is sampled every second. Writes OUT/capacity.json and
+OUT/capacity.md (command, date, machine); prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import random
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from app.client import AgentBusy, VoiceClient
+from app.launch import ROOT, AppServer
+from app.machine import describe, machine
+from app.metrics import percentile
+from bench.voice_turns import clips
+
+FIGURES = ["v2v_ms", "eot_wait_ms", "asr_ms", "asr_after_speech_ms", "ttft_ms",
+           "first_piece_ms", "tts_first_audio_ms", "transport_ms", "handoff_ms"]
+
+
+def caller(url: str, auth, said: list, turns: int, seed: int, out: dict) -> None:
+    """One conversation: `turns` clips, each after the previous reply; its records in `out`."""
+    rng = random.Random(seed)
+    time.sleep(rng.uniform(0.0, 2.0))
+    try:
+        with VoiceClient(url, auth=auth) as client:
+            for i in range(turns):
+                _, x = said[(seed + i) % len(said)]
+                try:
+                    client.say(x, timeout_s=120)
+                except TimeoutError as exc:
+                    out["timeouts"] = out.get("timeouts", 0) + 1
+                    out["error"] = str(exc)
+                time.sleep(1.0)
+            time.sleep(2.0)  # an anchor's measurement of the last turn, if there is one
+            out["rows"] = client.export()
+    except AgentBusy as exc:
+        out["refused"] = str(exc)
+
+
+class GpuSampler:
+    """nvidia-smi's utilisation every second, while the sweep runs (none without a GPU)."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu",
+                                  "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=10)
+            if out.returncode == 0 and out.stdout.strip():
+                self.samples.append(float(out.stdout.split()[0]))
+
+    def __enter__(self) -> GpuSampler:
+        if shutil.which("nvidia-smi"):
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+
+
+def sweep_point(url: str, auth, said: list, n: int, turns: int) -> dict:
+    outs: list[dict] = [{} for _ in range(n)]
+    threads = [threading.Thread(target=caller, args=(url, auth, said, turns, i, outs[i]),
+                                daemon=True) for i in range(n)]
+    t0 = time.monotonic()
+    with GpuSampler() as gpu:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=turns * 150 + 60)
+    rows = [r for o in outs for r in o.get("rows", [])
+            if r["endpoint"] == "primary" and r["source"] == "voice"]
+    ok = [r for r in rows if not r["error"]]
+    point = {"sessions": n, "turns_asked": n * turns, "answered": len(ok),
+             "failed": len(rows) - len(ok),
+             "timeouts": sum(o.get("timeouts", 0) for o in outs),
+             "refused": sum(1 for o in outs if "refused" in o),
+             "wall_s": round(time.monotonic() - t0, 1),
+             "gpu_util_mean": round(sum(gpu.samples) / len(gpu.samples), 1)
+             if gpu.samples else None,
+             "gpu_util_max": max(gpu.samples) if gpu.samples else None}
+    for f in FIGURES:
+        values = [r[f] for r in ok if r.get(f) is not None]
+        point[f] = {"p50": percentile(values, 50), "p90": percentile(values, 90),
+                    "max": max(values) if values else None}
+    point["rows"] = rows
+    return point
+
+
+def markdown(points: list[dict], command: str, machine_line: str) -> str:
+    lines = [f"Measured {dt.date.today()} on {machine_line}; command: `{command}`.", "",
+             "| sessions | answered | refused | v2v p50 | v2v p90 | v2v max | eot wait p50 | "
+             "ASR done after speech p50 | TTFT p50 | TTS first audio p50 | transport p50 | "
+             "hand-offs p50 | GPU util mean / max |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for p in points:
+        gpu = "–" if p["gpu_util_mean"] is None else f"{p['gpu_util_mean']} / {p['gpu_util_max']}"
+        lines.append(
+            f"| {p['sessions']} | {p['answered']} of {p['turns_asked']} | {p['refused']} | "
+            f"{p['v2v_ms']['p50']} | {p['v2v_ms']['p90']} | {p['v2v_ms']['max']} | "
+            f"{p['eot_wait_ms']['p50']} | {p['asr_after_speech_ms']['p50']} | "
+            f"{p['ttft_ms']['p50']} | {p['tts_first_audio_ms']['p50']} | "
+            f"{p['transport_ms']['p50']} | {p['handoff_ms']['p50']} | {gpu} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sessions", default="1,2,4", help="comma-separated N to sweep")
+    ap.add_argument("--turns", type=int, default=3, help="clips each caller says")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "capacity")
+    ap.add_argument("--start-timeout", type=float, default=900)
+    ap.add_argument("app_args", nargs=argparse.REMAINDER, help="-- then the app's flags")
+    args = ap.parse_args()
+    try:
+        sweep = [int(x) for x in args.sessions.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"--sessions wants numbers like 1,2,4, not {args.sessions!r}") from None
+    if not sweep or min(sweep) < 1:
+        raise SystemExit("--sessions wants at least one N of 1 or more")
+    app_args = [a for a in args.app_args if a != "--"]
+    args.out.mkdir(parents=True, exist_ok=True)
+    said = clips()
+    app = AppServer(app_args, log_path=args.out / "app.log").start()
+    points = []
+    try:
+        app.wait_healthy(timeout_s=args.start_timeout)
+        for n in sweep:
+            point = sweep_point(app.url, app.credentials, said, n, args.turns)
+            points.append(point)
+            print(f"{n} sessions: {point['answered']} of {point['turns_asked']} answered, "
+                  f"{point['refused']} refused, v2v p50 {point['v2v_ms']['p50']} ms, "
+                  f"p90 {point['v2v_ms']['p90']} ms", flush=True)
+    finally:
+        app.stop()
+    command = "python -m bench.capacity " + " ".join(sys.argv[1:])
+    m = machine()
+    (args.out / "capacity.json").write_text(json.dumps(
+        {"date": str(dt.date.today()), "command": command, "machine": m, "points": points},
+        indent=1, ensure_ascii=False))
+    table = markdown(points, command, describe(m))
+    (args.out / "capacity.md").write_text(table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
