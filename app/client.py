@@ -128,18 +128,6 @@ class VoiceClient:
     def send_raw(self, data: bytes | str) -> None:
         self._ws.send(data)
 
-    def stream(self, audio16k: np.ndarray) -> float:
-        """Send `audio16k` (float32 in [-1, 1]) as 20 ms frames at the microphone's pace;
-        return the client time of the last frame."""
-        x = (resample(audio16k.astype(np.float32), RATE, self.rate) * 32767).astype("<i2")
-        n = self._frame_samples
-        start, t = now_ms(), now_ms()
-        for i in range(0, len(x) - n + 1, n):
-            t = start + (i + n) / self.rate * 1000
-            time.sleep(max(0.0, (t - now_ms()) / 1000))
-            self._send_frame(t, x[i:i + n].tobytes())
-        return t
-
     @property
     def _frame_samples(self) -> int:
         return self.rate * FRAME_MS // 1000
@@ -151,23 +139,30 @@ class VoiceClient:
 
     def say(self, speech16k: np.ndarray, silence_s: float = 1.0,
             timeout_s: float = 90.0) -> Reply:
-        """Speak, then stay silent (as a microphone does) while the reply comes; return the
-        reply once the app marks its end. Between silent frames the client waits on the
-        socket, so a reply chunk is taken the moment it arrives (as the page's does)."""
+        """Speak at the microphone's pace, then stay silent (as a microphone does) while the
+        reply comes; return the reply once the app marks its end. Between frames, spoken or
+        silent, the client waits on the socket, so a reply chunk is taken the moment it
+        arrives, as the page's player takes it: also while the clip's own trailing sound is
+        still being sent (read only after it, a reply ready early looked 100-250 ms late)."""
         lead = np.zeros(int(0.3 * RATE), np.float32)
-        self.stream(np.concatenate([lead, speech16k.astype(np.float32)]))
-        reply = Reply(last_frame_ms=now_ms())
-        quiet = np.zeros(self._frame_samples, "<i2").tobytes()
+        x = (resample(np.concatenate([lead, speech16k.astype(np.float32)]), RATE, self.rate)
+             * 32767).astype("<i2")
+        n = self._frame_samples
+        spoken = [x[i:i + n].tobytes() for i in range(0, len(x) - n + 1, n)]
+        frames = spoken + [np.zeros(n, "<i2").tobytes()] * int(silence_s * 1000 / FRAME_MS)
+        reply = Reply(last_frame_ms=0.0)
         deadline = time.monotonic() + timeout_s
-        due, frames_left = reply.last_frame_ms + FRAME_MS, int(silence_s * 1000 / FRAME_MS)
-        while time.monotonic() < deadline:
-            wait_s = max(0.0, (due - now_ms()) / 1000) if frames_left else 0.5
-            if self._drain(reply, wait_s=wait_s):
+        start = now_ms()
+        for k, pcm in enumerate(frames):
+            due = start + (k + 1) * FRAME_MS
+            if self._drain(reply, wait_s=max(0.0, (due - now_ms()) / 1000)):
                 return reply
-            if frames_left and now_ms() >= due:  # the microphone goes on sending silence
-                self._send_frame(due, quiet)
-                due += FRAME_MS
-                frames_left -= 1
+            self._send_frame(due, pcm)
+            if k == len(spoken) - 1:
+                reply.last_frame_ms = due
+        while time.monotonic() < deadline:
+            if self._drain(reply, wait_s=0.5):
+                return reply
         raise TimeoutError(f"no reply within {timeout_s:.0f} s; events: {reply.events[-5:]}")
 
     def _drain(self, reply: Reply, wait_s: float) -> bool:
