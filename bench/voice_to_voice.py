@@ -199,6 +199,29 @@ def wer(reference: str, hypothesis: str) -> tuple[int, int]:
     return d[len(h)], len(r)
 
 
+def aligned_wer(questions: list[str], transcripts: list[str]) -> tuple[int, int, int]:
+    """(word edits, reference words, questions with no turn of their own): the page's user
+    turns aligned to the questions in order, so a lost or merged turn costs its words and
+    does not shift every later pair; turns after the last question (the microphone file
+    loops) are free."""
+    cost = [[wer(q, t)[0] for t in transcripts] for q in questions]
+    size = [len(words(q)) for q in questions]
+    spare = [len(words(t)) for t in transcripts]
+    inf = float("inf")
+    best = [[inf] * (len(transcripts) + 1) for _ in range(len(questions) + 1)]
+    lost_at = [[0] * (len(transcripts) + 1) for _ in range(len(questions) + 1)]
+    best[0] = [sum(spare[:j]) for j in range(len(transcripts) + 1)]
+    for i in range(1, len(questions) + 1):
+        for j in range(len(transcripts) + 1):
+            options = [(best[i - 1][j] + size[i - 1], lost_at[i - 1][j] + 1)]
+            if j:
+                options += [(best[i - 1][j - 1] + cost[i - 1][j - 1], lost_at[i - 1][j - 1]),
+                            (best[i][j - 1] + spare[j - 1], lost_at[i][j - 1])]
+            best[i][j], lost_at[i][j] = min(options)
+    end = min(range(len(transcripts) + 1), key=lambda j: best[-1][j])
+    return int(best[-1][end]), sum(size), lost_at[-1][end]
+
+
 def summarise(result: dict, questions: list[str]) -> dict:
     rows = [r for r in result["rows"] if r["endpoint"] == "primary"]
     for row, probe in zip(rows, result["probe"], strict=False):
@@ -208,11 +231,9 @@ def summarise(result: dict, questions: list[str]) -> dict:
         values = [r[f] for r in rows if r.get(f) is not None and not r["error"]]
         summary[f] = {"p50": round(statistics.median(values), 1) if values else None,
                       "p90": percentile(values, 90), "n": len(values)}
-    edits = total = 0
-    for ref, hyp in zip(questions, result["transcripts"], strict=False):
-        e, n = wer(ref, hyp)
-        edits, total = edits + e, total + n
+    edits, total, lost = aligned_wer(questions, result["transcripts"])
     summary["wer"] = round(edits / total, 3) if total else None
+    summary["lost"] = lost
     summary["cancelled"] = sum(1 for r in rows if r["cancelled"])
     summary["errors"] = [r["error"] for r in rows if r["error"]]
     return summary
@@ -230,6 +251,8 @@ def markdown(results: list[dict], command: str, date: str, machine_line: str) ->
         str(sum(p["v2v"] is not None for p in r["probe"])) for r in results) + " |")
     lines.append("| WER of the transcripts | " + " | ".join(
         str(r["summary"]["wer"]) for r in results) + " |")
+    lines.append("| questions with no turn of their own | " + " | ".join(
+        str(r["summary"].get("lost", "–")) for r in results) + " |")
     lines.append("| turns cut by the next question | " + " | ".join(
         str(r["summary"]["cancelled"]) for r in results) + " |")
     for key, label in (("browser_task_ms", "browser main thread, ms per turn"),
@@ -258,7 +281,18 @@ def main() -> None:
                    "NAME as LABEL@REV runs revision REV (repeatable; runs these instead of "
                    "baseline and new)")
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "bench")
+    p.add_argument("--rescore", type=Path, default=None, metavar="JSON",
+                   help="re-summarise a saved run (its table beside it) and run nothing")
     args = p.parse_args()
+    if args.rescore is not None:
+        saved = json.loads(args.rescore.read_text())
+        for r in saved["results"]:
+            r["summary"] = summarise(r, saved["questions"])
+        args.rescore.write_text(json.dumps(saved, indent=1))
+        args.rescore.with_suffix(".md").write_text(markdown(
+            saved["results"], saved["command"], saved["date"], describe(saved["machine"])))
+        print(args.rescore.with_suffix(".md").read_text())
+        return
     settings = dict(s.split("=", 1) for s in args.setting)
     command = "python -m bench.voice_to_voice " + " ".join(
         a for a in os.sys.argv[1:])
