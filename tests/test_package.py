@@ -11,7 +11,8 @@ from tests.conftest import ROOT
 
 
 @pytest.mark.parametrize("module", ["app", "bench.voice_to_voice", "bench.voice_turns",
-                                    "bench.asr", "bench.ab"])
+                                    "bench.asr", "bench.ab", "bench.capacity",
+                                    "bench.page_cost"])
 def test_modules_run_from_any_directory(module, tmp_path):
     out = subprocess.run([sys.executable, "-m", module, "--help"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
