@@ -31,6 +31,8 @@ from app.llm import ServerError, post_json
 from app.messages import EndOfTurn, Signal
 
 # English words after which a sentence cannot end (function words that need what follows).
+# Not "you": it is an object as often as a subject, and ends "Who are you?", "Thank you",
+# "See you" (bench.capacity's callers were held 2 s after "Hello, who are you?").
 UNFINISHED_EN = frozenset("""
 a an the my your his her its our their this that these those some any every each no
 of to for with from at by in into onto on about as than like over under after before
@@ -38,7 +40,7 @@ between through during without within against toward towards upon via per
 and or but nor so because although though if unless whether while when where which who
 whom whose what how why until since once then
 gonna wanna gotta let's
-i you he she we they it's i'm you're we're they're there's
+i he she we they it's i'm you're we're they're there's
 um uh er erm hmm ah mm
 """.split())
 # Auxiliaries: open at the end of a statement ("My flight has been"), not of a question

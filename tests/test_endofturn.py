@@ -46,6 +46,9 @@ from tests.conftest import ASSETS
     ("What time is it?", None),
     ("Tell me a short joke about cats.", None),
     ("Thanks.", None),
+    ("Hello, who are you?", None),
+    ("Thank you", None),
+    ("I think they", "they"),
     ("今天天气怎么样？", None),
     ("", None),
 ])
