@@ -137,32 +137,31 @@ class VoiceClient:
         self._ws.send(FRAME_HEADER.pack(captured_ms, self._seq, self.rate) + pcm)
         self._seq += 1
 
-    def say(self, speech16k: np.ndarray, silence_s: float = 1.0,
-            timeout_s: float = 90.0) -> Reply:
-        """Speak at the microphone's pace, then stay silent (as a microphone does) while the
-        reply comes; return the reply once the app marks its end. Between frames, spoken or
-        silent, the client waits on the socket, so a reply chunk is taken the moment it
-        arrives, as the page's player takes it: also while the clip's own trailing sound is
-        still being sent (read only after it, a reply ready early looked 100-250 ms late)."""
+    def say(self, speech16k: np.ndarray, timeout_s: float = 90.0) -> Reply:
+        """Speak at the microphone's pace, then go on sending silence (as a microphone does:
+        a hold for open words needs up to 2 s of it) until the reply's end; return the reply.
+        Between frames, spoken or silent, the client waits on the socket, so a reply chunk
+        is taken the moment it arrives, as the page's player takes it: also while the
+        clip's own trailing sound is still being sent (read only after it, a reply ready
+        early looked 100-250 ms late)."""
         lead = np.zeros(int(0.3 * RATE), np.float32)
         x = (resample(np.concatenate([lead, speech16k.astype(np.float32)]), RATE, self.rate)
              * 32767).astype("<i2")
         n = self._frame_samples
         spoken = [x[i:i + n].tobytes() for i in range(0, len(x) - n + 1, n)]
-        frames = spoken + [np.zeros(n, "<i2").tobytes()] * int(silence_s * 1000 / FRAME_MS)
+        quiet = np.zeros(n, "<i2").tobytes()
         reply = Reply(last_frame_ms=0.0)
         deadline = time.monotonic() + timeout_s
         start = now_ms()
-        for k, pcm in enumerate(frames):
+        k = 0
+        while time.monotonic() < deadline:
             due = start + (k + 1) * FRAME_MS
             if self._drain(reply, wait_s=max(0.0, (due - now_ms()) / 1000)):
                 return reply
-            self._send_frame(due, pcm)
+            self._send_frame(due, spoken[k] if k < len(spoken) else quiet)
             if k == len(spoken) - 1:
                 reply.last_frame_ms = due
-        while time.monotonic() < deadline:
-            if self._drain(reply, wait_s=0.5):
-                return reply
+            k += 1
         raise TimeoutError(f"no reply within {timeout_s:.0f} s; events: {reply.events[-5:]}")
 
     def _drain(self, reply: Reply, wait_s: float) -> bool:
