@@ -61,11 +61,13 @@ models/smollm2-135m-instruct/.ready: .venv-vllm/.ok
 models/smart-turn-v3.2/.ready: .venv/.ok
 	$(APP) -m app.prepare smartturn
 
-# espeak-ng: last-resort TTS; chromium: the page tests and the benchmark
+# espeak-ng: last-resort TTS; chromium: the page tests and the benchmark; openssl: the
+# HTTPS test's certificate
 system:
-	@command -v espeak-ng >/dev/null && command -v chromium >/dev/null || \
+	@command -v espeak-ng >/dev/null && command -v chromium >/dev/null && \
+	  command -v openssl >/dev/null || \
 	  ($(SUDO) apt-get update -qq && \
-	   $(SUDO) apt-get install -y -qq --no-install-recommends espeak-ng chromium)
+	   $(SUDO) apt-get install -y -qq --no-install-recommends espeak-ng chromium openssl)
 
 lint:
 	.venv/bin/ruff check app build tests bench
