@@ -79,11 +79,9 @@ def stop_group(proc: subprocess.Popen | None, timeout_s: float = 15.0) -> None:
         pass
 
 
-def _die_with_parent(cpus: frozenset[int] | None = None, idle: bool = False) -> None:
+def _die_with_parent(idle: bool = False) -> None:
     """In the child before exec: get SIGTERM when the app dies, even by SIGKILL (Linux);
-    keep to `cpus` if given; with `idle`, run only when the CPU has nothing else to run."""
-    if cpus:
-        os.sched_setaffinity(0, cpus)
+    with `idle`, run only when the CPU has nothing else to run."""
     if idle:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     try:
@@ -105,8 +103,6 @@ class VllmServer:
     python: str = ""
     """Interpreter with vLLM installed; default: .venv-vllm if present, else this one."""
     log_path: Path = ROOT / "logs" / "vllm.log"
-    cpus: frozenset[int] | None = None
-    """Cores the whole server (API server, engine core, worker) may run on; None: any."""
     idle_priority: bool = False
     """Linux SCHED_IDLE for the whole server: it gets a core only when nothing else wants
     it (the CPU demo's A/B anchor, which shares the primary's core)."""
@@ -131,7 +127,7 @@ class VllmServer:
         env = {**os.environ, **self.env}
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
                                      env=env, start_new_session=True,
-                                     preexec_fn=functools.partial(_die_with_parent, self.cpus,
+                                     preexec_fn=functools.partial(_die_with_parent,
                                                                   self.idle_priority))
         atexit.register(self.stop)
         return self

@@ -5,6 +5,7 @@ table names it."""
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 from pathlib import Path
@@ -31,16 +32,17 @@ def machine() -> dict:
             "gpus": gpus()}
 
 
-def gpus() -> list[str]:
+@functools.cache
+def gpus() -> tuple[str, ...]:
     """The NVIDIA GPUs' names (nvidia-smi), none on a machine without one."""
     import shutil
     import subprocess
 
     if not shutil.which("nvidia-smi"):
-        return []
+        return ()
     out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
                          capture_output=True, text=True, timeout=30)
-    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    return tuple(line.strip() for line in out.stdout.splitlines() if line.strip())
 
 
 def describe(m: dict) -> str:
