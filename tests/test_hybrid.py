@@ -80,11 +80,10 @@ def test_dry_run_directory_loads_in_vllm_with_dummy_weights(dry_tiny):
         # the page and the latency report learn that the replies are random
         assert dry_run_info(ep)["layout"] == "bf16"
         assert weights(ep).startswith("dummy (dry-run bf16)")
-        from types import SimpleNamespace
-
         from app.__main__ import notice
+        from app.config import AppConfig
 
-        assert "random text" in notice(SimpleNamespace(primary=ep, anchor=None))
+        assert "random text" in notice(AppConfig(primary=ep))
 
 
 def test_dry_run_configs_carry_each_layout(dry_tiny, tmp_path):
