@@ -8,7 +8,7 @@
 FROM vllm/vllm-openai:v0.24.0
 
 RUN apt-get update \
- && apt-get install -y --no-install-recommends espeak-ng \
+ && apt-get install -y --no-install-recommends espeak-ng haproxy \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/voice-agent

@@ -65,9 +65,10 @@ models/smart-turn-v3.2/.ready: .venv/.ok
 # HTTPS test's certificate
 system:
 	@command -v espeak-ng >/dev/null && command -v chromium >/dev/null && \
-	  command -v openssl >/dev/null || \
+	  command -v openssl >/dev/null && command -v haproxy >/dev/null || \
 	  ($(SUDO) apt-get update -qq && \
-	   $(SUDO) apt-get install -y -qq --no-install-recommends espeak-ng chromium openssl)
+	   $(SUDO) apt-get install -y -qq --no-install-recommends espeak-ng chromium openssl \
+	   haproxy)
 
 lint:
 	.venv/bin/ruff check app build tests bench

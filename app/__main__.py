@@ -115,23 +115,51 @@ def notice(cfg: AppConfig) -> str:
     return text + dry_run_notice(cfg)
 
 
+def run_workers(args: argparse.Namespace, argv: list[str], servers: list[VllmServer]) -> None:
+    """`--workers N`: the app N times behind HAProxy (app/workers.py), on the servers started
+    here, until Ctrl-C."""
+    from app.workers import Workers
+
+    cfg = from_args(args)  # the flags' errors once, here, not N times in the workers' logs
+    endpoints = {"--base-url": cfg.primary.base_url, "--model": cfg.primary.model}
+    if cfg.anchor is not None:
+        endpoints |= {"--anchor-base-url": cfg.anchor.base_url,
+                      "--anchor-model": cfg.anchor.model}
+    workers = Workers(argv, args.workers, cfg.host, cfg.port, cfg.max_sessions, cfg.cpus,
+                      endpoints, auth=cfg.auth, ssl_certfile=cfg.ssl_certfile,
+                      ssl_keyfile=cfg.ssl_keyfile)
+    try:
+        with ThreadPoolExecutor() as pool:
+            list(pool.map(lambda s: s.wait_healthy(), servers))
+        workers.start()
+        scheme = "https" if cfg.ssl_certfile else "http"
+        print(f"\n  Voice agent running on {scheme}://{cfg.host}:{cfg.port}  ({args.workers} "
+              "workers behind HAProxy; Ctrl-C stops)\n", flush=True)
+        workers.supervise()
+    finally:
+        workers.stop()
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     signal.signal(signal.SIGTERM, _interrupt)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     servers: list[VllmServer] = []
-    if args.demo:
+    if args.demo and not args.worker:  # a worker uses the servers its parent started
         servers = demo_servers(args)
     if args.demo or args.preset == "demo":
         apply_demo_preset(args)
-    elif args.launch:
+    elif args.launch and not args.worker:
         servers = launch_servers(args)
     for s in servers:
         print(f"Starting vLLM {s.served_name} on port {s.port} (log: {s.log_path}) ...",
               flush=True)
         s.start()
     try:
+        if args.workers > 1:
+            run_workers(args, argv if argv is not None else sys.argv[1:], servers)
+            return
         from app.pipeline import Agent
         from app.server import create_app, serve
 

