@@ -152,11 +152,11 @@ def main(argv: list[str] | None = None) -> None:
         apply_demo_preset(args)
     elif args.launch and not args.worker:
         servers = launch_servers(args)
-    for s in servers:
-        print(f"Starting vLLM {s.served_name} on port {s.port} (log: {s.log_path}) ...",
-              flush=True)
-        s.start()
     try:
+        for s in servers:  # inside the try: a stop during the start stops those started
+            print(f"Starting vLLM {s.served_name} on port {s.port} (log: {s.log_path}) ...",
+                  flush=True)
+            s.start()
         if args.workers > 1:
             run_workers(args, argv if argv is not None else sys.argv[1:], servers)
             return

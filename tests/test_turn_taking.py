@@ -38,8 +38,9 @@ LOG = ROOT / "logs" / "app-turn-taking.log"
 @pytest.fixture(scope="module")
 def tt_url(endpoint):
     """The app with the demo preset (languages: English; Mandarin detected by Whisper base),
-    short replies so that each run plays one out."""
-    app = AppServer(app_args(endpoint, max_tokens=30), log_path=LOG).start()
+    short replies so that each run plays one out (20 tokens: ~4 s of speech, time enough to
+    interrupt it 1 s in)."""
+    app = AppServer(app_args(endpoint, max_tokens=20), log_path=LOG).start()
     try:
         yield app.wait_healthy().url
     finally:
@@ -60,7 +61,7 @@ def results():
 def zh_url(endpoint):
     """The same model declared Mandarin-capable (`--model-languages en,zh`), with a persona
     that asks for Mandarin answers to Mandarin questions."""
-    app = AppServer([*app_args(endpoint, max_tokens=30), "--model-languages", "en,zh",
+    app = AppServer([*app_args(endpoint, max_tokens=20), "--model-languages", "en,zh",
                      "--persona", str(ROOT / "persona" / "small-en-zh.md")],
                     log_path=ROOT / "logs" / "app-turn-taking-zh.log").start()
     try:
