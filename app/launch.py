@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.config import MODELS, ROOT
-from app.machine import describe, machine
+from app.machine import capped_below_avx512, describe, machine
 
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 DEMO_MODEL = MODELS / "smollm2-135m-instruct"
@@ -267,7 +267,8 @@ def cpu_dtype() -> str:
     prefill is several times slower in bf16 (`python -m bench.cpu_serving`,
     docs/PERFORMANCE.md)."""
     isa = machine()["isa"]
-    return "bfloat16" if ("avx512_bf16" in isa or "amx_bf16" in isa) else "float32"
+    native = ("avx512_bf16" in isa or "amx_bf16" in isa) and not capped_below_avx512()
+    return "bfloat16" if native else "float32"
 
 
 def cpu_choices() -> str:

