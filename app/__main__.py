@@ -164,6 +164,7 @@ def main(argv: list[str] | None = None) -> None:
         from app.server import create_app, serve
 
         cfg = from_args(args)
+        choices = cpu_choices()  # the whole machine's, before this process is pinned
         if cfg.cpus:
             os.sched_setaffinity(0, cfg.cpus)  # before any thread pool starts
         agent = Agent(cfg)
@@ -195,7 +196,6 @@ def main(argv: list[str] | None = None) -> None:
                   "password can use the agent.", file=sys.stderr)
         page_notice = notice(cfg) + f"\n\nPersona `{cfg.persona.name}`: {agent.persona_note}."
         if args.demo:
-            choices = cpu_choices()
             print(choices, flush=True)
             page_notice += f"\n\n{choices}."
         app = create_app(agent, title=f"Voice agent · {cfg.primary.model}", notice=page_notice)

@@ -98,10 +98,13 @@ def haproxy_config(host: str, port: int, workers: list[int], pem: Path | None = 
 
 
 def haproxy_binary() -> str:
-    found = shutil.which("haproxy") or next(
+    """`VOICE_AGENT_HAPROXY` (a binary carried to a host without a package manager), else
+    the system's."""
+    found = os.environ.get("VOICE_AGENT_HAPROXY") or shutil.which("haproxy") or next(
         (p for p in ("/usr/sbin/haproxy", "/sbin/haproxy") if Path(p).exists()), None)
-    if found is None:
-        raise SystemExit("--workers needs HAProxy (`apt-get install haproxy`, or `make system`).")
+    if found is None or not Path(found).exists():
+        raise SystemExit("--workers needs HAProxy (`apt-get install haproxy`, or `make "
+                         "system`; or VOICE_AGENT_HAPROXY=/path/to/haproxy).")
     return found
 
 
