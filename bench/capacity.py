@@ -5,6 +5,7 @@ through the app's audio channel, for each N of a sweep, against one running app.
       -- --demo --no-ab                         # the 2-core default, small N
   python -m bench.capacity --sessions 1,8,16,32 --turns 5 --out OUT -- \\
       --launch --primary-checkpoint DRY_LOWLAT ...     # a GPU host's sweep
+  ... --setting workers4='--workers 4' -- ...          # and again with 4 app processes
 
 The app is started once as a user starts it (`python -m app ARGS`) and stays up for the
 whole sweep. Each caller is an `app.client.VoiceClient` in a thread: it starts after a
@@ -23,6 +24,7 @@ import argparse
 import datetime as dt
 import json
 import random
+import shlex
 import shutil
 import subprocess
 import sys
@@ -115,20 +117,50 @@ def sweep_point(url: str, auth, said: list, n: int, turns: int) -> dict:
 
 
 def markdown(points: list[dict], command: str, machine_line: str) -> str:
+    named = any(p.get("setting") for p in points)
     lines = [f"Measured {dt.date.today()} on {machine_line}; command: `{command}`.", "",
+             ("| setting " if named else "") +
              "| sessions | answered | refused | v2v p50 | v2v p90 | v2v max | eot wait p50 | "
              "ASR done after speech p50 | TTFT p50 | TTS first audio p50 | transport p50 | "
              "hand-offs p50 | GPU util mean / max |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             ("|---" if named else "") + "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
         gpu = "–" if p["gpu_util_mean"] is None else f"{p['gpu_util_mean']} / {p['gpu_util_max']}"
         lines.append(
+            (f"| {p['setting']} " if named else "") +
             f"| {p['sessions']} | {p['answered']} of {p['turns_asked']} | {p['refused']} | "
             f"{p['v2v_ms']['p50']} | {p['v2v_ms']['p90']} | {p['v2v_ms']['max']} | "
             f"{p['eot_wait_ms']['p50']} | {p['asr_after_speech_ms']['p50']} | "
             f"{p['ttft_ms']['p50']} | {p['tts_first_audio_ms']['p50']} | "
             f"{p['transport_ms']['p50']} | {p['handoff_ms']['p50']} | {gpu} |")
+    if named:  # each setting's v2v p50 against the first's, at the same N
+        first = points[0]["setting"]
+        base = {p["sessions"]: p["v2v_ms"]["p50"] for p in points if p["setting"] == first}
+        ratios = [f"{p['setting']} / {first} at {p['sessions']}: "
+                  f"{p['v2v_ms']['p50'] / base[p['sessions']]:.2f}" for p in points
+                  if p["setting"] != first and base.get(p["sessions"]) and p["v2v_ms"]["p50"]]
+        if ratios:
+            lines += ["", "Voice-to-voice p50 ratio " + "; ".join(ratios)]
     return "\n".join(lines) + "\n"
+
+
+def sweep(app_args: list[str], name: str, n_list: list[int], turns: int, said: list,
+          out: Path, start_timeout: float) -> list[dict]:
+    """One app, started as a user starts it, swept over `n_list` callers."""
+    log = out / (f"app-{name}.log" if name else "app.log")
+    app = AppServer(app_args, log_path=log).start()
+    points = []
+    try:
+        app.wait_healthy(timeout_s=start_timeout)
+        for n in n_list:
+            point = {"setting": name, **sweep_point(app.url, app.credentials, said, n, turns)}
+            points.append(point)
+            print(f"{name + ': ' if name else ''}{n} sessions: {point['answered']} of "
+                  f"{point['turns_asked']} answered, {point['refused']} refused, v2v p50 "
+                  f"{point['v2v_ms']['p50']} ms, p90 {point['v2v_ms']['p90']} ms", flush=True)
+    finally:
+        app.stop()
+    return points
 
 
 def main() -> None:
@@ -138,29 +170,26 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=3, help="clips each caller says")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "capacity")
     ap.add_argument("--start-timeout", type=float, default=900)
+    ap.add_argument("--setting", action="append", default=[], metavar="NAME=FLAGS",
+                    help="sweep the app again with these flags added, e.g. "
+                    "workers2='--workers 2' (repeatable; the first sweep is named 'base')")
     ap.add_argument("app_args", nargs=argparse.REMAINDER, help="-- then the app's flags")
     args = ap.parse_args()
     try:
-        sweep = [int(x) for x in args.sessions.split(",") if x.strip()]
+        n_list = [int(x) for x in args.sessions.split(",") if x.strip()]
     except ValueError:
         raise SystemExit(f"--sessions wants numbers like 1,2,4, not {args.sessions!r}") from None
-    if not sweep or min(sweep) < 1:
+    if not n_list or min(n_list) < 1:
         raise SystemExit("--sessions wants at least one N of 1 or more")
     app_args = [a for a in args.app_args if a != "--"]
     args.out.mkdir(parents=True, exist_ok=True)
     said = clips()
-    app = AppServer(app_args, log_path=args.out / "app.log").start()
+    settings = [("base" if args.setting else "", [])] + [
+        (name, shlex.split(flags)) for name, _, flags in (x.partition("=") for x in args.setting)]
     points = []
-    try:
-        app.wait_healthy(timeout_s=args.start_timeout)
-        for n in sweep:
-            point = sweep_point(app.url, app.credentials, said, n, args.turns)
-            points.append(point)
-            print(f"{n} sessions: {point['answered']} of {point['turns_asked']} answered, "
-                  f"{point['refused']} refused, v2v p50 {point['v2v_ms']['p50']} ms, "
-                  f"p90 {point['v2v_ms']['p90']} ms", flush=True)
-    finally:
-        app.stop()
+    for name, extra in settings:
+        points += sweep([*app_args, *extra], name, n_list, args.turns, said, args.out,
+                        args.start_timeout)
     command = "python -m bench.capacity " + " ".join(sys.argv[1:])
     m = machine()
     (args.out / "capacity.json").write_text(json.dumps(
