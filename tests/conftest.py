@@ -158,3 +158,28 @@ def run_turn(agent, session, text: str = "", audio=None, endpoint=None):
     turn.commit()
     m = agent.run_turn(turn, audio=audio, text=text, endpoint=endpoint)
     return m, turn.collect
+
+
+AUTH = ("ann", "s3cret")
+"""The login of the tests' apps that ask for one (`--auth ann:s3cret`)."""
+
+
+def get(app, path: str, **kwargs):  # app: app.launch.AppServer
+    """GET one of the app's routes with the tests' login (auth=None: without it)."""
+    import httpx
+
+    return httpx.get(app.url + path, auth=kwargs.pop("auth", AUTH), verify=app.verify,
+                     timeout=10, **kwargs)
+
+
+def eventually(check, timeout_s: float = 30.0, every_s: float = 0.25):  # noqa: ANN001
+    """Poll `check` until it returns something true (returned), or fail after timeout_s."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not (result := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true after {timeout_s:.0f} s")
+        time.sleep(every_s)
+    return result
+

@@ -6,7 +6,6 @@ notice) until the first goes away."""
 from __future__ import annotations
 
 import ssl
-import time
 
 import httpx
 import pytest
@@ -17,10 +16,9 @@ from app.client import AgentBusy, VoiceClient
 from app.hub import BUSY, RETRY_AFTER_S
 from app.launch import AppServer
 from app.prometheus import STAGE_FIGURES
-from tests.conftest import ASSETS, ROOT, app_args, self_signed
+from tests.conftest import ASSETS, AUTH, ROOT, app_args, eventually, get, self_signed
 
 pytestmark = pytest.mark.integration
-AUTH = ("ann", "s3cret")
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +40,6 @@ def service(endpoint, anchor_server, tmp_path_factory):
         app.stop()
 
 
-def get(app: AppServer, path: str, **kwargs) -> httpx.Response:
-    return httpx.get(app.url + path, auth=kwargs.pop("auth", AUTH), verify=app.verify,
-                     timeout=10, **kwargs)
-
-
 def scrape(app: AppServer) -> dict[tuple[str, tuple], float]:
     """/metrics parsed: (sample name, sorted labels) -> value."""
     resp = get(app, "metrics")
@@ -57,15 +50,6 @@ def scrape(app: AppServer) -> dict[tuple[str, tuple], float]:
 
 def value(samples: dict, name: str, **labels) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
-
-
-def eventually(check, timeout_s: float = 30.0, every_s: float = 0.25):  # noqa: ANN001
-    deadline = time.monotonic() + timeout_s
-    while not (result := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true after {timeout_s:.0f} s")
-        time.sleep(every_s)
-    return result
 
 
 def live(app: AppServer) -> float:

@@ -10,7 +10,6 @@ import os
 import signal
 import ssl
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
@@ -22,9 +21,7 @@ from app.client import VoiceClient
 from app.config import from_args, parse
 from app.launch import AppServer
 from app.workers import COOKIE, haproxy_binary, haproxy_config, split_cpus, split_slots, worker_argv
-from tests.conftest import ASSETS, ROOT, app_args, self_signed
-
-AUTH = ("ann", "s3cret")
+from tests.conftest import ASSETS, AUTH, ROOT, app_args, eventually, get, self_signed
 
 
 def test_slots_and_cores_are_shared_out():
@@ -94,23 +91,10 @@ def workers(endpoint, tmp_path_factory):
         app.stop()
 
 
-def get(app: AppServer, path: str, **kwargs) -> httpx.Response:
-    return httpx.get(app.url + path, auth=kwargs.pop("auth", AUTH), verify=app.verify,
-                     timeout=10, **kwargs)
-
-
 def live(app: AppServer, worker: int) -> float:
     text = get(app, f"workers/{worker}/metrics").text
     return next(s.value for f in text_string_to_metric_families(text) for s in f.samples
                 if s.name == "voice_agent_sessions_active")
-
-
-def eventually(check, timeout_s: float = 30.0):  # noqa: ANN001
-    deadline = time.monotonic() + timeout_s
-    while not (result := check()):
-        assert time.monotonic() < deadline, f"not true after {timeout_s:.0f} s"
-        time.sleep(0.25)
-    return result
 
 
 @pytest.mark.integration
