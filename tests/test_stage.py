@@ -18,6 +18,7 @@ from build.stage import (
     app_requirements,
     app_roots,
     bundled,
+    carry_haproxy,
     items,
     plan,
     plan_text,
@@ -129,3 +130,21 @@ def test_put_refuses_a_corrupt_piece_and_names_what_is_missing(tmp_path):
     bad = subprocess.run(["bash", str(dirs[1] / "put.sh")], env=env, capture_output=True,
                          text=True)
     assert bad.returncode != 0 and "is corrupt" in bad.stderr
+
+
+def test_haproxy_is_carried_with_its_libraries_and_runs_from_them(tmp_path):
+    """What stage-gpu packs for `--workers` on a host that cannot install HAProxy: the
+    wrapper runs the binary on the carried libraries, from any folder it is moved to."""
+    carried = carry_haproxy(tmp_path / "haproxy")
+    moved = tmp_path / "elsewhere"
+    (tmp_path / "haproxy").rename(moved)
+    libs = {p.name for p in (moved / "lib").iterdir()}
+    assert any(n.startswith("libssl") for n in libs) and not any(
+        n.startswith(("libc.so", "ld-linux")) for n in libs)
+    out = subprocess.run([str(moved / carried.name), "-v"], capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin"}, timeout=30)
+    assert out.returncode == 0 and out.stdout.startswith("HAProxy version"), out.stderr
+    ldd = subprocess.run(["ldd", str(moved / "haproxy.bin")], capture_output=True, text=True,
+                         env={"LD_LIBRARY_PATH": str(moved / "lib")}).stdout
+    assert f"{moved / 'lib'}/libssl" in ldd  # loaded from the carried copy
+
