@@ -74,8 +74,9 @@ Utterance = Literal["over", "pending", "resumed", "turn"]
 
 @dataclass
 class AbJob:
-    """The A/B anchor's request for a finished turn: sent when the conversation is idle,
-    cancelled by the user's next turn and sent again (sequential A/B)."""
+    """The A/B anchor's request for a finished turn: sent when the conversation is idle
+    (the newest waiting first), cancelled by the user's next turn and sent again
+    (sequential A/B)."""
 
     turn: Turn
     messages: list[dict]
@@ -121,7 +122,14 @@ class Floor:
     echo_turns: set[int] = field(default_factory=set)
     """Replies whose own voice came back as speech: later checks do not pause them."""
     ab_waiting: list[AbJob] = field(default_factory=list)
+    """Oldest turn first; the newest is sent first."""
     ab_running: AbJob | None = None
+
+    def wait_ab(self, job: AbJob) -> None:
+        """Queue an anchor request in turn order, whenever it arrives (a cut one goes back
+        under the newer turns' jobs)."""
+        self.ab_waiting.append(job)
+        self.ab_waiting.sort(key=lambda j: j.turn.turn_id)
 
 
 MIC_STOP = "mic_stop"
@@ -203,7 +211,7 @@ class Conversation:
         elif isinstance(item, AudioReady):
             self._commit_if_decided(session)
         elif isinstance(item, AbJob):
-            f.ab_waiting.append(item)
+            f.wait_ab(item)
         elif isinstance(item, AbDone):
             self._ab_done(session, item.job)
         elif item == MIC_STOP:
@@ -245,7 +253,9 @@ class Conversation:
             return
         if not f.ab_waiting or not self._idle(session):
             return
-        job = f.ab_running = f.ab_waiting.pop(0)
+        # the newest finished turn first: its figures are the ones the page is showing;
+        # older ones run in the longer quiet spells (a conversation's end at the latest)
+        job = f.ab_running = f.ab_waiting.pop()
         job.tries += 1
         job.cancel = threading.Event()
         listener = self._listeners.get(session.sid)
@@ -270,7 +280,7 @@ class Conversation:
         if f.ab_running is job:
             f.ab_running = None
         if job.cancel.is_set() and job.tries < AB_TRIES:
-            f.ab_waiting.insert(0, job)
+            f.wait_ab(job)  # under the newer turns' jobs
 
     # --- microphone (the session's turn-taking thread) --------------------------------------
     def on_frame(self, session: Session, frame: MicFrame) -> None:

@@ -212,7 +212,10 @@ def test_a_new_turn_cancels_the_anchor_which_is_sent_again_when_idle():
     assert until(lambda: anchors(llm) == 1)  # idle: the anchor runs
     second = conversation.start_text(session, "And of Spain?")  # the user comes first
     second.thread.join(5)
-    assert until(lambda: anchors(llm) == 3, timeout_s=10)  # first's again, then second's
+    assert until(lambda: anchors(llm) == 3, timeout_s=10)  # second's, then first's again
+    asked = [m[-1]["content"] for name, m in llm.requests if name == "anchor"]
+    assert asked == ["What is the capital of France?", "And of Spain?",
+                     "What is the capital of France?"]
     rows = [r for r in session.metrics if r.endpoint == "anchor"]
     assert until(lambda: all(r.reply_tokens == len(REPLY) for r in rows), timeout_s=5)
     assert sorted((r.turn_id, r.retries) for r in rows) == [(first.turn_id, 1),
