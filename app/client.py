@@ -67,7 +67,6 @@ class VoiceClient:
         """`verify`: how an https app's certificate is checked (a context that trusts a
         self-signed one, say)."""
         self.base_url = base_url.rstrip("/") + "/"
-        self.auth = auth
         self.rate = rate
         self.verify = verify
         self.sid = ""

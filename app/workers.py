@@ -126,7 +126,6 @@ class Workers:
     ports: list[int] = field(default_factory=list)
     procs: list[subprocess.Popen] = field(default_factory=list)
     balancer: subprocess.Popen | None = None
-    restarts: int = 0
     _dir: tempfile.TemporaryDirectory | None = None
 
     def __post_init__(self) -> None:
@@ -193,7 +192,6 @@ class Workers:
                                    f"{self.logs / 'haproxy.log'}")
             for i, proc in enumerate(self.procs):
                 if proc.poll() is not None:
-                    self.restarts += 1
                     log.warning("worker %d exited with %s; starting it again (its "
                                 "conversations are lost)", i + 1, proc.returncode)
                     self.procs[i] = self._spawn(i)
