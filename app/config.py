@@ -64,6 +64,12 @@ class TurnConfig:
     sentences cut at a pause 0.0-0.02."""
     audio_done: float = 0.5
     """Smart Turn's P(complete) at or above which the turn commits at once."""
+    continue_ms: int = 1500
+    """Speech that starts this soon after a committed voice turn's last voiced frame, and
+    is not a command or the agent's own voice, continues that turn: the reply stops and the
+    two utterances become one turn, one transcript, one answer ("I'd like a table for ...
+    two people": the words at the pause looked finished, or a slow box let it commit). 0:
+    off (it is an interruption like any other)."""
 
 
 DETECTORS = ("off", "words", "model", "audio", "words+model", "words+audio", "model+audio",
@@ -220,6 +226,10 @@ def parser() -> argparse.ArgumentParser:
                    "Turn v3.2)")
     g.add_argument("--turn-cap-ms", type=positive_int, default=TurnConfig.cap_ms,
                    help="an unfinished utterance commits anyway after this much silence")
+    g.add_argument("--turn-continue-ms", type=non_negative_int,
+                   default=TurnConfig.continue_ms,
+                   help="speech this soon after a committed turn's last word continues it: "
+                   "the reply stops and both parts become one turn (0: off)")
     g.add_argument("--barge-in-ms", type=positive_int, default=VadConfig.barge_in_ms,
                    help="speech over the agent that pauses it and checks the words")
     g.add_argument("--tts", default="auto",
@@ -341,7 +351,8 @@ def from_args(args: argparse.Namespace) -> AppConfig:
         language=args.language or "auto",
         vad=VadConfig(threshold=args.vad_threshold, silence_ms=args.vad_silence_ms,
                       eager_ms=args.eager_ms, barge_in_ms=args.barge_in_ms),
-        turn=TurnConfig(detector=args.turn_detector, cap_ms=args.turn_cap_ms),
+        turn=TurnConfig(detector=args.turn_detector, cap_ms=args.turn_cap_ms,
+                        continue_ms=args.turn_continue_ms),
         asr=AsrConfig(model=args.asr_model, language=args.language or "auto",
                       cpus=parse_cpus(args.asr_cpus), detect_model=args.asr_detect_model,
                       device=args.asr_device,

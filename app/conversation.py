@@ -29,6 +29,14 @@ Agent speaking (its reply is playing in the page), an utterance over it ("over")
     An interruption stops the reply (the history keeps what was heard) and the utterance
     becomes the next turn. After one echo verdict in a reply, its later first checks run
     without pausing it (the pause comes only if the words are not the echo again).
+The user going on (speech that starts within `continue_ms` of the last committed voice
+turn's last word): the turn this utterance makes continues that one: its audio is joined to
+that turn's, and its publishing withdraws that turn's question and cut reply. Agent silent,
+the reply (not audible yet) stops at speech_start as above. Agent speaking, the words are
+checked as above, except: begun before the reply was audible (so not its echo), words stop
+it at the first check; pending words whose voice went on after the paused reply fell
+silent stop it at the utterance's pause too (a short going-on: "… two people"). A command
+or the agent's echo is no continuation.
 No UI text is made here.
 """
 
@@ -119,6 +127,13 @@ class Floor:
     """Turn whose reply the page holds paused for the user's speech (0: none)."""
     paused_silent_ms: float | None = None
     """Browser time at which that pause went silent (the page's report; None until then)."""
+    continues: Turn | None = None
+    """The committed voice turn the current utterance goes on from (it began within
+    `TurnConfig.continue_ms` of that turn's last voiced frame); set at each speech_start."""
+    began_ms: float = 0.0
+    """Browser time at which the current utterance began (its first voiced frames)."""
+    audible_ms: float | None = None
+    """Browser time at which the reply now playing became audible (its "audible" report)."""
     echo_turns: set[int] = field(default_factory=set)
     """Replies whose own voice came back as speech: later checks do not pause them."""
     ab_waiting: list[AbJob] = field(default_factory=list)
@@ -296,6 +311,20 @@ class Conversation:
             endpointer = self._endpointers[session.sid] = Endpointer(self.agent.cfg.vad)
         return endpointer
 
+    def _began(self, session: Session, event: VadEvent) -> None:
+        """An utterance started (`speech_start`): when, and the turn it goes on from: the
+        newest turn, if it is a committed voice turn whose last voiced frame came at most
+        `continue_ms` before this speech began (the user's pause, whatever the agent did
+        meanwhile)."""
+        f, window = self.floor(session), self.agent.cfg.turn.continue_ms
+        f.began_ms, f.continues = event.last_voiced_ms - event.speech_ms, None
+        with session.lock:
+            latest = f.turns[max(f.turns)] if f.turns else None
+        if window and latest is not None and latest.published and latest.audio is not None \
+                and latest.last_voiced_ms is not None \
+                and f.began_ms - latest.last_voiced_ms <= window:
+            f.continues = latest
+
     # --- the end of the user's turn ----------------------------------------------------------
     def judge(self, turn: Turn, transcript: Transcript, audio: np.ndarray) -> None:
         """A speculative turn's transcript is known (its thread): decide whether the user
@@ -357,7 +386,7 @@ class Conversation:
             endpointer.reset()
         if f.utterance == "pending":
             self._resume(session)  # no more speech can come to decide it
-        f.utterance = None
+        f.utterance, f.continues = None, None
         with session.lock:
             current = f.current
         if current is not None and not current.committed:
@@ -372,8 +401,10 @@ class Conversation:
                 or (speaking and f.utterance is None):
             # speech over the agent: nothing but an interruption may come of it
             self._over_agent(session, event)
-            return
+            if not (event.kind == "pause" and f.utterance == "turn"):
+                return  # else the user went on from their last turn: this pause is its own
         if event.kind == "speech_start":
+            self._began(session, event)
             self.barge_in(session, cause_ms=event.frame_ms)  # the user goes on: drop it
             session.touch("Listening...")
         elif event.kind == "pause":
@@ -399,12 +430,17 @@ class Conversation:
         if event.kind == "speech_start":
             if f.utterance is None:
                 f.utterance, f.utterance_over = "over", f.speaking
+                self._began(session, event)
         elif event.kind == "end":
             if f.utterance == "pending":
                 self._resume(session)
             elif f.utterance in ("over", "resumed") and not f.speaking:
                 self._after_the_reply(session, event)
             f.utterance = None
+        elif event.kind == "pause" and f.utterance == "pending" and f.continues is not None \
+                and self._voiced_after_silence(session, event):
+            f.utterance = "turn"  # the user went on from their last turn: this pause is
+            self.barge_in(session, cause_ms=event.frame_ms)  # the start of the rest of it
         elif event.kind == "pause" and f.utterance == "pending":
             self._resume(session)  # it was short: a hum, a remark, or echo that stopped
             f.utterance = "resumed"  # more speech in this utterance is checked afresh
@@ -430,6 +466,12 @@ class Conversation:
                               last_voiced_ms=event.last_voiced_ms)
             turn.commit("speech after the reply")
 
+    def _voiced_after_silence(self, session: Session, event: VadEvent) -> bool:
+        """Whether the utterance's voice went on after the paused reply fell silent and its
+        echo died away: the user's, not the reply's echo."""
+        silent = self.floor(session).paused_silent_ms
+        return silent is not None and event.last_voiced_ms >= silent + ECHO_TAIL_MS
+
     def _after_silence(self, session: Session, event: VadEvent) -> bool:
         """Whether this speech was captured after the paused reply went silent (the page's
         report) and its echo died away: only that is the user going on over the pause. On a
@@ -452,7 +494,11 @@ class Conversation:
                  "saying %r", playing.turn_id, round(event.speech_ms),
                  ", reply paused" if pending else "", transcript.text, transcript.score,
                  said, spoken[:160])
-        if said == "command" or (pending and said == "words"):
+        if said in ("command", "echo"):
+            f.continues = None  # about the reply, or the reply itself: not the user going on
+        own = f.continues is not None and f.audible_ms is not None \
+            and f.began_ms < f.audible_ms  # the user went on before the reply was heard
+        if said == "command" or (said == "words" and (pending or own)):
             f.utterance = "turn"  # its pause and end make the next turn
             self.barge_in(session, cause_ms=event.frame_ms)
         elif said == "echo":
@@ -493,6 +539,11 @@ class Conversation:
         f = self.floor(session)
         turn = self.agent.new_turn(session, source, last_voiced_ms)
         turn.on_final = self.on_final
+        if source == "voice" and audio is not None:
+            if f.continues is not None and f.continues.audio is not None:
+                turn.continues = f.continues  # one utterance, one transcript, one answer
+                audio = np.concatenate([f.continues.audio, audio])
+            turn.audio = audio
         if committed:
             turn.commit(source)
         else:
@@ -572,7 +623,7 @@ class Conversation:
     def on_report(self, session: Session, report: PlayerReport) -> None:
         f = self.floor(session)
         if report.kind == "audible":
-            f.speaking = report.turn_id
+            f.speaking, f.audible_ms = report.turn_id, report.t_ms
         if report.kind in ("done", "stopped") and f.speaking == report.turn_id:
             f.speaking = 0
         if report.kind == "done":

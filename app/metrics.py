@@ -93,6 +93,9 @@ class TurnMetrics:
     """Engine(s) that spoke this turn, e.g. "edge" or "piper (edge failed)"."""
     cancelled: bool = False
     """The user barged in and the reply was cut."""
+    continued_in: int | None = None
+    """The user went on within `--turn-continue-ms` of this turn's last word: turn N
+    answered its words with the rest, and this turn left the conversation."""
     error_stage: str = ""
     """Stage that failed this turn ("asr", "llm", "tts", "input"), empty when none failed."""
     error: str = ""

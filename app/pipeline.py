@@ -91,12 +91,14 @@ class Agent:
                              f"= {padded.tokens // block} x {block}-token blocks ({source})")
         return self.persona_note
 
-    def messages(self, session: Session, user_text: str) -> list[dict]:
+    def messages(self, session: Session, user_text: str,
+                 leave_out: Turn | None = None) -> list[dict]:
         """Persona + the history window + the new user message. The window's start moves
         in jumps of half its size, not one turn at a time: a sliding start changes the
         prompt right after the persona on every turn and the prefix cache then serves
         nothing past it (measured: docs/PERFORMANCE.md). A reply still empty (a turn in
-        flight) is left out with its question."""
+        flight) is left out with its question, and so is `leave_out`'s (the turn that
+        `user_text` continues)."""
         with session.lock:
             session.history_start = history_start(len(session.history) + 1,
                                                   session.history_start,
@@ -104,6 +106,8 @@ class Agent:
             kept = session.history[session.history_start:]
             keep = []
             for user, reply in zip(kept[::2], kept[1::2], strict=False):
+                if leave_out is not None and leave_out.owns(user):
+                    continue
                 if reply["content"]:
                     keep += [{"role": "user", "content": user["content"]},
                              {"role": "assistant", "content": reply["content"]}]
@@ -146,7 +150,7 @@ class Agent:
                 return self._language_notice(turn, text, language)
         if turn.cancel.is_set():
             return m
-        messages = self.messages(session, text)
+        messages = self.messages(session, text, turn.continues)
         turn.set_user_text(text)
         # A/B on separate GPUs: the anchor gets the same messages at the same moment
         rival = None

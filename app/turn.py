@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from app.language import has_cjk
 from app.messages import EndOfTurn, PlayerReport, ReplyDelta, SpeechChunk, Transcript
 from app.metrics import TurnMetrics, fill_llm, fill_timeline, ms
@@ -39,6 +41,11 @@ class Turn:
     """Server times of the stage events: asr_start, asr_end, committed, llm_sent,
     first_token, first_piece, first_audio, first_sent."""
     thread: threading.Thread | None = None
+    audio: np.ndarray | None = field(default=None, repr=False)
+    """The user's utterance this voice turn answers (16 kHz): what a continuation joins."""
+    continues: Turn | None = field(default=None, repr=False)
+    """The committed turn whose words this one answers again with the rest (the user went
+    on within `TurnConfig.continue_ms`): publishing this turn withdraws that one."""
     user_text: str | None = None
     reply: str = ""
     pieces: dict[int, str] = field(default_factory=dict)
@@ -57,6 +64,7 @@ class Turn:
     _published: bool = False
     _held: list[SpeechChunk] = field(default_factory=list)
     _user_msg: dict | None = None
+    _chat_user: dict | None = None
     _reply_msg: dict | None = None
     _chat_reply: dict | None = None
     _interrupted: bool = False
@@ -93,6 +101,8 @@ class Turn:
         if self.cancel.is_set():
             return  # discarded before the silence confirmed it
         self.stamp("committed")
+        if self.continues is not None:
+            reason += f" (continues turn {self.continues.turn_id})"
         self.metrics.eot_signal = reason
         with self.session.lock:
             self._committed = True
@@ -221,16 +231,38 @@ class Turn:
         self._published = True
         log.info("turn %s (%s): the user said %r", self.turn_id, self.metrics.source,
                  self.user_text[:200])
+        if self.continues is not None:
+            self.continues.withdraw(self.turn_id)
         self._user_msg = {"role": "user", "content": self.user_text}
         self._reply_msg = {"role": "assistant", "content": self.reply}
+        self._chat_user = {"role": "user", "content": self.user_text}
         self._chat_reply = {"role": "assistant", "content": self.reply}
         s.history += [self._user_msg, self._reply_msg]
-        s.chat += [{"role": "user", "content": self.user_text}, self._chat_reply]
+        s.chat += [self._chat_user, self._chat_reply]
         s.metrics.append(self.metrics)
         held, self._held = self._held, []
         for chunk in held:
             self._send(chunk)
         s.touch()
+
+    def owns(self, message: dict) -> bool:
+        """Whether `message` (an entry of the session's history) is this turn's."""
+        return message is self._user_msg or message is self._reply_msg
+
+    def withdraw(self, by: int) -> None:
+        """Turn `by` answers this turn's words again, with what the user said after them:
+        this turn's question and (cut) reply leave the history and the page's chat."""
+        s = self.session
+        with s.lock:
+            self.metrics.continued_in = by
+            if not self._published:
+                return
+            at = next((i for i, m in enumerate(s.history) if m is self._user_msg), None)
+            if at is not None and at < s.history_start:
+                s.history_start = max(0, s.history_start - 2)
+            _remove(s.history, self._user_msg, self._reply_msg)
+            _remove(s.chat, self._chat_user, self._chat_reply)
+        log.info("turn %s: withdrawn, its words go on in turn %s", self.turn_id, by)
 
     # --- the end of the turn ---------------------------------------------------------------------
     def finish(self, error: str = "") -> None:

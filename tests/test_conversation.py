@@ -206,6 +206,127 @@ def test_an_echo_going_on_after_the_reply_is_still_no_turn(loop):
     assert conversation.agent.ran == [] and conversation.agent.asr.script == []
 
 
+def answered(conversation, session, turn_id: int = 3, last_voiced_ms: float = 1000.0,
+             playing: bool = True, audible_ms: float = 1800.0) -> Turn:
+    """Turn `turn_id` as the user's last voice turn: committed on 1 s of audio whose last
+    voiced frame was at `last_voiced_ms`, its reply playing since `audible_ms` (or not
+    audible yet)."""
+    floor = conversation.floor(session)
+    turn = Turn(session, TurnMetrics(turn_id, "primary"), last_voiced_ms, pieces={0: REPLY},
+                audio=np.ones(16000, np.float32))
+    turn.set_user_text("I'd like to book a table for it.")
+    turn.commit("words: no open ending")
+    turn.add_reply(REPLY)
+    floor.turns[turn_id] = turn
+    floor.speaking = turn_id if playing else 0
+    floor.audible_ms = audible_ms if playing else None
+    floor.current = None if playing else turn
+    session.next_turn = turn_id + 1
+    return turn
+
+
+
+
+def test_words_right_after_the_users_turn_continue_it(loop):
+    """The user paused mid-sentence, the words looked finished, the reply began; the user
+    had gone on before it was audible (so it is no echo): the first check stops the reply,
+    and the next turn carries both utterances' audio and withdraws the first on publishing."""
+    conversation, session, sent = talk(loop, [("two people at seven", -0.4)])
+    floor = conversation.floor(session)
+    first = answered(conversation, session)
+    # began at 1,700 (2,000 - 300 ms of speech): 700 ms after the last voiced frame
+    conversation.on_vad(session, event("speech_start", speech_ms=300, last_voiced_ms=2000))
+    assert floor.continues is first and sent() == []
+    conversation.on_vad(session, event("speech_long", last_voiced_ms=2200, frame_ms=2200))
+    assert sent() == ["pause", "stop"] and floor.utterance == "turn"
+    conversation.on_vad(session, event("pause", seconds=1.5, last_voiced_ms=3000))
+    floor.turns[4].thread.join(5)
+    assert conversation.agent.ran == [(4, 16000 + 24000)]
+    second = floor.turns[4]
+    assert second.continues is first
+    second.set_user_text("I'd like to book a table for two people at seven.")
+    second.commit("words: no open ending")
+    assert first.metrics.continued_in == 4
+    assert [m["content"] for m in session.history] == [
+        "I'd like to book a table for two people at seven.", ""]
+    assert [m["content"] for m in session.chat][0] == second.user_text
+    assert second.metrics.eot_signal == "words: no open ending (continues turn 3)"
+
+
+def test_a_turn_not_heard_yet_is_continued_too(loop):
+    """The turn committed, its audio not audible yet, and the user goes on: it stops and the
+    next turn carries both."""
+    conversation, session, sent = talk(loop, [])
+    floor = conversation.floor(session)
+    first = answered(conversation, session, playing=False)
+    conversation.on_vad(session, event("speech_start", speech_ms=300, last_voiced_ms=2000))
+    assert sent() == ["stop"] and first.cancel.is_set() and floor.continues is first
+    conversation.on_vad(session, event("pause", seconds=1.0, last_voiced_ms=2500))
+    floor.turns[4].thread.join(5)
+    assert conversation.agent.ran == [(4, 32000)] and floor.turns[4].continues is first
+
+
+def test_going_on_over_the_audible_reply_stops_it_once_the_voice_outlasts_it(loop):
+    """Begun after the reply was audible, the words might be its echo: the reply pauses, and
+    the utterance's pause stops it only if the voice went on after the reply fell silent."""
+    conversation, session, sent = talk(loop, [("two people at seven", -0.4)])
+    floor = conversation.floor(session)
+    answered(conversation, session, audible_ms=1500.0)
+    conversation.on_vad(session, event("speech_start", speech_ms=300, last_voiced_ms=2000))
+    conversation.on_vad(session, event("speech_long", last_voiced_ms=2200, frame_ms=2200))
+    assert sent() == ["pause"] and floor.utterance == "pending"
+    conversation.on_report(session, PlayerReport("paused", 3, t_ms=2250.0))
+    conversation.on_vad(session, event("pause", seconds=0.8, last_voiced_ms=2600))
+    assert sent() == ["stop"]
+    floor.turns[4].thread.join(5)
+    assert conversation.agent.ran == [(4, 16000 + 12800)] and floor.turns[4].continues
+
+
+def test_an_echo_stopping_with_the_paused_reply_is_no_going_on(loop):
+    conversation, session, sent = talk(loop, [("and then the other one", -0.4)])
+    floor = conversation.floor(session)
+    answered(conversation, session, audible_ms=1500.0)
+    conversation.on_vad(session, event("speech_start", speech_ms=300, last_voiced_ms=2000))
+    conversation.on_vad(session, event("speech_long", last_voiced_ms=2200, frame_ms=2200))
+    assert floor.utterance == "pending"  # words, not heard as the echo they are
+    conversation.on_report(session, PlayerReport("paused", 3, t_ms=2250.0))
+    conversation.on_vad(session, event("pause", seconds=0.8, last_voiced_ms=2300))
+    assert sent() == ["pause", "resume"] and conversation.agent.ran == []
+
+
+def test_speech_long_after_the_users_turn_is_an_interruption_as_before(loop):
+    conversation, session, sent = talk(loop, [("What about Spain", -0.4)])
+    floor = conversation.floor(session)
+    answered(conversation, session)
+    # began at 3,700: 2,700 ms after the last voiced frame, past continue_ms (1,500)
+    conversation.on_vad(session, event("speech_start", speech_ms=300, last_voiced_ms=4000))
+    assert floor.continues is None
+    conversation.on_vad(session, event("speech_long", last_voiced_ms=4200))
+    assert sent() == ["pause"] and floor.utterance == "pending"
+
+
+def test_a_command_right_after_the_users_turn_is_no_continuation(loop):
+    conversation, session, sent = talk(loop, [("Stop.", -0.4)])
+    floor = conversation.floor(session)
+    answered(conversation, session)
+    conversation.on_vad(session, event("speech_start", speech_ms=300, last_voiced_ms=2000))
+    conversation.on_vad(session, event("speech_long", last_voiced_ms=2200))
+    assert sent() == ["pause", "stop"] and floor.continues is None
+    conversation.on_vad(session, event("pause", seconds=0.5, last_voiced_ms=2300))
+    floor.turns[4].thread.join(5)
+    assert conversation.agent.ran == [(4, 8000)] and floor.turns[4].continues is None
+
+
+def test_continuing_off_leaves_interruptions_as_they_were(loop):
+    conversation, session, sent = talk(loop, [("two people at seven", -0.4)])
+    conversation.agent.cfg.turn.continue_ms = 0
+    floor = conversation.floor(session)
+    answered(conversation, session)
+    conversation.on_vad(session, event("speech_start", speech_ms=300, last_voiced_ms=2000))
+    conversation.on_vad(session, event("speech_long", last_voiced_ms=2200))
+    assert floor.continues is None and sent() == ["pause"] and floor.utterance == "pending"
+
+
 def test_the_page_is_told_of_changes_at_most_five_times_a_second():
     """Session.touch from any thread -> one `render` notice per RENDER_EVERY_S at most, and
     none lost: a change after a notice gets a notice of its own."""

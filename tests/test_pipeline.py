@@ -61,6 +61,30 @@ def test_history_grows_and_is_sent(agent):
     assert session.metrics[1].prompt_tokens > session.metrics[0].prompt_tokens
 
 
+def test_a_continuation_answers_both_parts_in_place_of_the_first(agent):
+    """The user went on after a turn committed: the next turn answers the whole sentence,
+    its request leaves the first turn's question and reply out, and publishing it takes
+    them off the history and the page's chat."""
+    session = Session("c")
+    run_turn(agent, session, "Hi!")
+    first = agent.new_turn(session, "text")
+    first.commit()
+    agent.run_turn(first, text="I'd like to book a table for")
+    assert len(session.history) == 4 and first.reply
+    second = agent.new_turn(session, "text")
+    second.continues = first
+    second.commit()
+    m = agent.run_turn(second, text="I'd like to book a table for two people at seven.")
+    assert not m.error and first.metrics.continued_in == second.turn_id
+    assert [h["content"] for h in session.history][::2] == [
+        "Hi!", "I'd like to book a table for two people at seven."]
+    assert [c["content"] for c in session.chat if c["role"] == "user"] == [
+        "Hi!", "I'd like to book a table for two people at seven."]
+    # the request held "Hi!" and its reply, not the first part and its reply
+    assert m.prompt_tokens < first.metrics.prompt_tokens + 8
+    assert "continues turn" in m.eot_signal
+
+
 def test_unreachable_endpoint_keeps_the_conversation(agent):
     session = Session("u")
     m, _ = run_turn(agent, session, "Hello")

@@ -145,3 +145,21 @@ def test_transport_is_known_when_the_page_answers_before_the_sender_runs_again()
         assert turn.metrics.v2v_ms == 950.0
     finally:
         loop.close()
+
+
+def test_a_withdrawn_turn_leaves_history_chat_and_window_consistent():
+    session = Session("w")
+    for i in range(3):
+        old = Turn(session, TurnMetrics(i + 1, "primary"))
+        old.commit()
+        old.set_user_text(f"question {i}")
+        old.add_reply(f"answer {i}")
+    session.history_start = 4  # the window starts at the last pair
+    old.withdraw(9)
+    assert [m["content"] for m in session.history] == ["question 0", "answer 0",
+                                                       "question 1", "answer 1"]
+    # the window began at the withdrawn pair: the continuation's pair takes its place there
+    assert session.history_start == 4 and len(session.chat) == 4
+    assert old.metrics.continued_in == 9 and not old.owns(session.history[-2])
+    old.finish()  # its stages ending late put nothing back
+    assert len(session.history) == 4 and len(session.chat) == 4
