@@ -238,20 +238,45 @@ def aligned_wer(questions: list[str], transcripts: list[str]) -> tuple[int, int,
 
 
 def summarise(result: dict, questions: list[str]) -> dict:
+    """A run's figures (p50, p90, n), WER, lost and cut turns; a pooled result (`pool`)
+    from its rounds' rows and WER counts."""
     rows = [r for r in result["rows"] if r["endpoint"] == "primary"]
-    for row, probe in zip(rows, result["probe"], strict=False):
-        row["probe_v2v_ms"] = round(probe["v2v"], 1) if probe["v2v"] is not None else None
+    if "rounds" not in result:
+        for row, probe in zip(rows, result["probe"], strict=False):
+            row["probe_v2v_ms"] = round(probe["v2v"], 1) if probe["v2v"] is not None else None
+        edits, total, lost = aligned_wer(questions, result["transcripts"])
+    else:
+        sums = [r["summary"] for r in result["rounds"]]
+        edits, total, lost = (sum(x[k] for x in sums) for k in ("wer_edits", "wer_words",
+                                                                   "lost"))
     summary = {}
     for f in FIGURES:
         values = [r[f] for r in rows if r.get(f) is not None and not r["error"]]
         summary[f] = {"p50": round(statistics.median(values), 1) if values else None,
                       "p90": percentile(values, 90), "n": len(values)}
-    edits, total, lost = aligned_wer(questions, result["transcripts"])
     summary["wer"] = round(edits / total, 3) if total else None
-    summary["lost"] = lost
+    summary["wer_edits"], summary["wer_words"], summary["lost"] = edits, total, lost
     summary["cancelled"] = sum(1 for r in rows if r["cancelled"])
     summary["errors"] = [r["error"] for r in rows if r["error"]]
     return summary
+
+
+def pool(runs: list[dict], questions: list[str]) -> dict:
+    """One setting's rounds (each summarised) as one result: every turn of every round."""
+    pooled = {"pipeline": runs[0]["pipeline"], "rounds": runs,
+              "probe": [p for r in runs for p in r["probe"]],
+              "rows": [row for r in runs for row in r["rows"]],
+              "page_cost": {k: sum(r["page_cost"].get(k, 0) for r in runs)
+                            for k in runs[0]["page_cost"]},
+              "env": runs[0]["env"], "isa_in_effect": runs[0]["isa_in_effect"]}
+    pooled["summary"] = summarise(pooled, questions)
+    return pooled
+
+
+def round_orders(names: list[str], rounds: int) -> list[list[str]]:
+    """The settings' order in each round, every other round reversed (A B, B A, A B, ...):
+    a drift over the run, or the first run's cold caches, falls on each setting alike."""
+    return [names if i % 2 == 0 else names[::-1] for i in range(rounds)]
 
 
 def markdown(results: list[dict], command: str, date: str, machine_line: str) -> str:
@@ -290,7 +315,15 @@ def markdown(results: list[dict], command: str, date: str, machine_line: str) ->
     ratios = [f"{r['pipeline']} / {names[0]}: {r['summary']['probe_v2v_ms']['p50'] / first:.2f}"
               for r in results[1:] if first and r["summary"]["probe_v2v_ms"]["p50"]]
     if ratios:
-        lines += ["", "Voice-to-voice (probe) median ratio " + "; ".join(ratios)]
+        lines += ["", "Voice-to-voice (probe) median ratio " + "; ".join(ratios)
+                  + (f", over {len(results[0]['rounds'])} rounds" if "rounds" in results[0]
+                     else "")]
+    if "rounds" in results[0]:  # each round's own medians, in the order it ran them
+        for i in range(len(results[0]["rounds"])):
+            ran = sorted(results, key=lambda r: r["rounds"][i]["ran_at"])
+            lines.append(f"- round {i + 1}: " + ", then ".join(
+                f"{r['pipeline']} {r['rounds'][i]['summary']['probe_v2v_ms']['p50']}"
+                for r in ran) + " ms (p50)")
     return "\n".join(lines) + "\n"
 
 
@@ -303,6 +336,9 @@ def main() -> None:
                    help="the demo with these app flags, e.g. off='--turn-detector off'; "
                    "NAME as LABEL@REV runs revision REV (repeatable; runs these instead of "
                    "baseline and new)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run the settings this many times, every other round in reverse "
+                   "order (ABBA), --turns turns each; figures pool all rounds")
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "bench")
     p.add_argument("--rescore", type=Path, default=None, metavar="JSON",
                    help="re-summarise a saved run (its table beside it) and run nothing")
@@ -310,6 +346,8 @@ def main() -> None:
     if args.rescore is not None:
         saved = json.loads(args.rescore.read_text())
         for r in saved["results"]:
+            for run in r.get("rounds", []):
+                run["summary"] = summarise(run, saved["questions"])
             r["summary"] = summarise(r, saved["questions"])
         args.rescore.write_text(json.dumps(saved, indent=1))
         args.rescore.with_suffix(".md").write_text(markdown(
@@ -325,10 +363,15 @@ def main() -> None:
                  for i, q in enumerate(questions)]
         mic = mic_file(Path(tmp) / "mic.wav", clips)
         names = list(settings) or ([args.only] if args.only else ["baseline", "new"])
-        results = [run_pipeline(n, args.turns, mic, args.baseline,
-                                shlex.split(settings.get(n, ""))) for n in names]
-    for r in results:
-        r["summary"] = summarise(r, questions)
+        runs: dict[str, list[dict]] = {n: [] for n in names}
+        for order in round_orders(names, args.rounds):
+            for n in order:
+                run = run_pipeline(n, args.turns, mic, args.baseline,
+                                   shlex.split(settings.get(n, "")))
+                run["ran_at"] = time.time()
+                run["summary"] = summarise(run, questions)
+                runs[n].append(run)
+    results = [pool(runs[n], questions) if args.rounds > 1 else runs[n][0] for n in names]
     date = dt.date.today().isoformat()
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "voice_to_voice" + ("_" + "_".join(n.split("@")[0] for n in settings) if settings else
