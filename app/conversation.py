@@ -93,6 +93,8 @@ class AbJob:
     cancel: threading.Event = field(default_factory=threading.Event)
     tries: int = 0
     record: TurnMetrics | None = None
+    dropped: bool = False
+    """Not to be sent again: a later turn continues this one (its words answered anew)."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,9 @@ class Floor:
     `TurnConfig.continue_ms` of that turn's last voiced frame); set at each speech_start."""
     began_ms: float = 0.0
     """Browser time at which the current utterance began (its first voiced frames)."""
+    heard: str = ""
+    """The last check's verdict on the current utterance over the agent (app/interruption.py
+    `verdict`): what a pending utterance was."""
     audible_ms: float | None = None
     """Browser time at which the reply now playing became audible (its "audible" report)."""
     echo_turns: set[int] = field(default_factory=set)
@@ -156,6 +161,9 @@ TICK_S = 0.1
 CLOSED = "closed"
 Item = MicFrame | PlayerReport | EndOfTurn | AudioReady | AbJob | AbDone | str
 AB_TRIES = 3  # an anchor request cancelled this often by the user's turns is given up
+JOIN_MAX_S = 20.0
+"""A continuation joins at most this much earlier audio: a story told sentence by sentence
+is not transcribed again from its start at every pause."""
 
 
 class Listener:
@@ -226,7 +234,11 @@ class Conversation:
         elif isinstance(item, AudioReady):
             self._commit_if_decided(session)
         elif isinstance(item, AbJob):
-            f.wait_ab(item)
+            if item.turn.metrics.continued_in is not None \
+                    or any(t.continues is item.turn for t in f.turns.values()):
+                self._give_up_ab(item)  # its question is answered again with the rest
+            else:
+                f.wait_ab(item)
         elif isinstance(item, AbDone):
             self._ab_done(session, item.job)
         elif item == MIC_STOP:
@@ -290,11 +302,31 @@ class Conversation:
 
         threading.Thread(target=run, daemon=True, name=f"ab-{job.turn.turn_id}").start()
 
+    def _drop_ab(self, session: Session, turn: Turn) -> None:
+        """The turn's anchor request will not be sent: its words are answered again, with
+        the rest, by the turn that continues it. Its record says cancelled."""
+        f = self.floor(session)
+        if f.ab_running is not None and f.ab_running.turn is turn:
+            f.ab_running.dropped = True  # its record is closed when its thread ends
+            f.ab_running.cancel.set()
+        for job in [j for j in f.ab_waiting if j.turn is turn]:
+            f.ab_waiting.remove(job)
+            self._give_up_ab(job)
+
+    def _give_up_ab(self, job: AbJob) -> None:
+        job.cancel.set()
+        job.record = self.agent.measure(job.turn, self.agent.cfg.anchor, job.messages,
+                                        "after-primary", cancel=job.cancel, m=job.record,
+                                        retries=max(0, job.tries - 1), last_try=True)
+
     def _ab_done(self, session: Session, job: AbJob) -> None:
         f = self.floor(session)
         if f.ab_running is job:
             f.ab_running = None
-        if job.cancel.is_set() and job.tries < AB_TRIES:
+        if job.dropped:  # cut, not on its last try: its record is not closed yet
+            if job.tries < AB_TRIES and job.record is not None and job.record.cancelled:
+                self._give_up_ab(job)
+        elif job.cancel.is_set() and job.tries < AB_TRIES:
             f.wait_ab(job)  # under the newer turns' jobs
 
     # --- microphone (the session's turn-taking thread) --------------------------------------
@@ -317,11 +349,12 @@ class Conversation:
         `continue_ms` before this speech began (the user's pause, whatever the agent did
         meanwhile)."""
         f, window = self.floor(session), self.agent.cfg.turn.continue_ms
-        f.began_ms, f.continues = event.last_voiced_ms - event.speech_ms, None
+        f.began_ms, f.continues, f.heard = event.last_voiced_ms - event.speech_ms, None, ""
         with session.lock:
             latest = f.turns[max(f.turns)] if f.turns else None
-        if window and latest is not None and latest.published and latest.audio is not None \
-                and latest.last_voiced_ms is not None \
+        if window and latest is not None and latest.committed and not latest.cancel.is_set() \
+                and not latest.metrics.error_stage and latest.audio is not None \
+                and len(latest.audio) < JOIN_MAX_S * RATE and latest.last_voiced_ms is not None \
                 and f.began_ms - latest.last_voiced_ms <= window:
             f.continues = latest
 
@@ -378,6 +411,7 @@ class Conversation:
             f", no reply audio after {READY_CAP_MS} ms"
         current.commit(f"{v.signal}: {v.detail}{ready}")
         endpointer.close()  # speech from here on is a new utterance (it interrupts)
+        f.utterance, f.continues = None, None  # no "end" comes for this one
 
     def on_mic_stop(self, session: Session) -> None:
         f = self.floor(session)
@@ -438,7 +472,7 @@ class Conversation:
                 self._after_the_reply(session, event)
             f.utterance = None
         elif event.kind == "pause" and f.utterance == "pending" and f.continues is not None \
-                and self._voiced_after_silence(session, event):
+                and f.heard == "words" and self._voiced_after_silence(session, event):
             f.utterance = "turn"  # the user went on from their last turn: this pause is
             self.barge_in(session, cause_ms=event.frame_ms)  # the start of the rest of it
         elif event.kind == "pause" and f.utterance == "pending":
@@ -461,6 +495,8 @@ class Conversation:
         transcript, _, said = self._hear(session, f.utterance_over, event)
         log.info("speech going on after turn %s ended: %r (score %.2f) -> %s",
                  f.utterance_over, transcript.text, transcript.score, said)
+        if said != "words":
+            f.continues = None  # an "okay" or a "stop" after the reply is not the question's rest
         if said not in ("echo", "noise"):
             turn = self.start(session, "voice", audio=event.audio,
                               last_voiced_ms=event.last_voiced_ms)
@@ -494,6 +530,7 @@ class Conversation:
                  "saying %r", playing.turn_id, round(event.speech_ms),
                  ", reply paused" if pending else "", transcript.text, transcript.score,
                  said, spoken[:160])
+        f.heard = said
         if said in ("command", "echo"):
             f.continues = None  # about the reply, or the reply itself: not the user going on
         own = f.continues is not None and f.audible_ms is not None \
@@ -543,7 +580,11 @@ class Conversation:
             if f.continues is not None and f.continues.audio is not None:
                 turn.continues = f.continues  # one utterance, one transcript, one answer
                 audio = np.concatenate([f.continues.audio, audio])
+                self._drop_ab(session, f.continues)
             turn.audio = audio
+        for old in f.turns.values():  # only the newest turn's audio can be joined
+            if old is not f.continues:
+                old.audio = None
         if committed:
             turn.commit(source)
         else:

@@ -233,6 +233,7 @@ class Turn:
                  self.user_text[:200])
         if self.continues is not None:
             self.continues.withdraw(self.turn_id)
+            self.continues = None  # a chain of continuations holds no earlier turns
         self._user_msg = {"role": "user", "content": self.user_text}
         self._reply_msg = {"role": "assistant", "content": self.reply}
         self._chat_user = {"role": "user", "content": self.user_text}

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from app.config import AppConfig, Endpoint, TurnConfig
-from app.conversation import Conversation
+from app.conversation import AbJob, Conversation
 from app.endofturn import TurnDetector
-from app.messages import PlayerReport, Transcript, VadEvent
+from app.messages import EndOfTurn, PlayerReport, Transcript, VadEvent
 from app.metrics import TurnMetrics
 from app.session import Session
 from app.turn import Turn
@@ -46,6 +46,7 @@ class ScriptedAgent:
         self.cfg = AppConfig(primary=Endpoint("primary", "http://127.0.0.1:9/v1", "m"))
         self.detector = TurnDetector(TurnConfig("off"), self.cfg.vad.silence_ms)
         self.ran: list[tuple[int, int]] = []
+        self.measured: list[tuple[int, bool, bool]] = []
 
     def new_turn(self, session: Session, source: str, last_voiced_ms=None) -> Turn:
         return Turn(session, TurnMetrics(session.new_turn_id(), "primary", source=source),
@@ -54,6 +55,12 @@ class ScriptedAgent:
     def run_turn(self, turn: Turn, audio=None, text: str = "", heard=None,
                  later=None) -> None:
         self.ran.append((turn.turn_id, 0 if audio is None else len(audio)))
+
+    def measure(self, turn: Turn, endpoint, messages, order, cancel=None, m=None,
+                retries: int = 0, last_try: bool = True, ran_after_ms=None):
+        """The A/B anchor's request: recorded (turn, sent, last try), not sent."""
+        self.measured.append((turn.turn_id, not cancel.is_set(), last_try))
+        return m
 
 
 @pytest.fixture
@@ -325,6 +332,89 @@ def test_continuing_off_leaves_interruptions_as_they_were(loop):
     conversation.on_vad(session, event("speech_start", speech_ms=300, last_voiced_ms=2000))
     conversation.on_vad(session, event("speech_long", last_voiced_ms=2200))
     assert floor.continues is None and sent() == ["pause"] and floor.utterance == "pending"
+
+
+def test_a_commit_by_verdict_ends_the_utterance_so_the_next_reply_is_checked(loop):
+    """After an interruption the utterance was "turn"; its turn committed by the verdict
+    (no "end" comes then): speech over the next reply must be checked, not cut it at once."""
+    conversation, session, sent = talk(loop, [])
+    floor = conversation.floor(session)
+    answered(conversation, session, playing=False)
+    turn = floor.current
+    floor.utterance, floor.continues = "turn", turn
+    spec = Turn(session, TurnMetrics(4, "primary"), 3000.0)
+    floor.current = spec
+    spec.judged(EndOfTurn(4, 0, False, "words", "no open ending", 0.0))
+    conversation._endpointer(session)  # the session's (Silero) endpointer, silent
+    conversation._commit_if_decided(session)
+    assert spec.committed and floor.utterance is None and floor.continues is None
+    floor.speaking = 4
+    conversation.on_vad(session, event("speech_start", speech_ms=300, last_voiced_ms=9000))
+    assert sent() == [] and floor.utterance == "over"
+
+
+def test_a_hum_right_after_the_users_turn_lets_the_reply_go_on(loop):
+    conversation, session, sent = talk(loop, [("Hmm.", -0.5)])
+    floor = conversation.floor(session)
+    answered(conversation, session, audible_ms=1500.0)
+    conversation.on_vad(session, event("speech_start", speech_ms=300, last_voiced_ms=2000))
+    conversation.on_vad(session, event("speech_long", last_voiced_ms=2200, frame_ms=2200))
+    conversation.on_report(session, PlayerReport("paused", 3, t_ms=2250.0))
+    conversation.on_vad(session, event("pause", seconds=0.8, last_voiced_ms=2600))
+    assert sent() == ["pause", "resume"] and conversation.agent.ran == []
+    assert floor.continues is not None  # the utterance may still turn out to be words
+
+
+def test_a_command_after_the_reply_played_out_is_its_own_turn(loop):
+    conversation, session, sent = talk(loop, [("Stop.", -0.4)])
+    floor = conversation.floor(session)
+    answered(conversation, session, audible_ms=1100.0)
+    conversation.on_vad(session, event("speech_start", speech_ms=300, last_voiced_ms=2000))
+    conversation.on_report(session, PlayerReport("done", 3, t_ms=1900.0, heard=(1.0,)))
+    conversation.on_vad(session, event("end", seconds=0.5, last_voiced_ms=2300))
+    floor.turns[4].thread.join(5)
+    assert conversation.agent.ran == [(4, 8000)] and floor.turns[4].continues is None
+
+
+def test_a_turn_committed_before_its_transcript_is_continued(loop):
+    """The silence committed it while ASR still ran; the user goes on: its words are not
+    lost, the next turn transcribes both."""
+    conversation, session, sent = talk(loop, [])
+    floor = conversation.floor(session)
+    first = Turn(session, TurnMetrics(3, "primary"), 1000.0, audio=np.ones(16000, np.float32))
+    first.commit("silence 400 ms")
+    floor.turns[3], floor.current, floor.speaking, session.next_turn = first, first, 0, 4
+    conversation.on_vad(session, event("speech_start", speech_ms=300, last_voiced_ms=2000))
+    assert floor.continues is first and first.cancel.is_set()
+    conversation.on_vad(session, event("pause", seconds=1.0, last_voiced_ms=2500))
+    floor.turns[4].thread.join(5)
+    assert conversation.agent.ran == [(4, 32000)]
+
+
+def test_a_failed_turn_is_not_continued(loop):
+    conversation, session, sent = talk(loop, [])
+    floor = conversation.floor(session)
+    first = answered(conversation, session, playing=False)
+    first.metrics.error_stage = "llm"
+    conversation.on_vad(session, event("speech_start", speech_ms=300, last_voiced_ms=2000))
+    assert floor.continues is None
+
+
+def test_the_continued_turns_anchor_request_is_given_up(loop):
+    """Its question is answered again with the rest: the A/B anchor does not measure the
+    fragment, waiting or arriving late, and its record is closed as cancelled."""
+    conversation, session, sent = talk(loop, [])
+    agent, floor = conversation.agent, conversation.floor(session)
+    first = answered(conversation, session, playing=False)
+    older = Turn(session, TurnMetrics(2, "primary"))
+    floor.ab_waiting = [AbJob(older, []), AbJob(first, [])]
+    conversation.on_vad(session, event("speech_start", speech_ms=300, last_voiced_ms=2000))
+    conversation.on_vad(session, event("pause", seconds=1.0, last_voiced_ms=2500))
+    assert [j.turn for j in floor.ab_waiting] == [older]
+    assert agent.measured == [(3, False, True)]
+    floor.speaking = 4  # not idle: nothing is sent now
+    conversation.handle(session, AbJob(first, []))  # its turn thread handed it over late
+    assert [j.turn for j in floor.ab_waiting] == [older] and len(agent.measured) == 2
 
 
 def test_the_page_is_told_of_changes_at_most_five_times_a_second():
