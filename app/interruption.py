@@ -16,9 +16,7 @@ cough and the agent's own echo (it stops with the reply) do not.
 
 from __future__ import annotations
 
-import re
-
-from app.language import is_cjk
+from app.language import words
 
 # Words that acknowledge without taking the turn (lower case, punctuation stripped).
 BACKCHANNELS = frozenset({
@@ -26,17 +24,6 @@ BACKCHANNELS = frozenset({
     "yep", "ok", "okay", "right", "sure", "aha", "ah", "oh", "i", "see", "alright",
     "嗯", "对", "好", "是", "哦", "啊", "嗯嗯", "对对",
 })
-
-
-def words(text: str) -> list[str]:
-    """Lower-case words; each CJK character counts as a word."""
-    out: list[str] = []
-    for token in re.findall(r"[\w'-]+", text.lower()):
-        if any(is_cjk(c) for c in token):
-            out += [c for c in token if is_cjk(c)]
-        else:
-            out.append(token.strip("'-"))
-    return [w for w in out if w]
 
 
 # Words that take the turn on their own, however short the utterance ("Stop!").

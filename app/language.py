@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 def is_cjk(ch: str) -> bool:
     """A CJK character (ideographs, radicals, kana, CJK and full-width punctuation): one
@@ -11,3 +13,14 @@ def is_cjk(ch: str) -> bool:
 
 def has_cjk(text: str) -> bool:
     return any(is_cjk(ch) for ch in text)
+
+
+def words(text: str) -> list[str]:
+    """Lower-case words; each CJK character counts as a word."""
+    out: list[str] = []
+    for token in re.findall(r"[\w'-]+", text.lower()):
+        if any(is_cjk(c) for c in token):
+            out += [c for c in token if is_cjk(c)]
+        else:
+            out.append(token.strip("'-"))
+    return [w for w in out if w]

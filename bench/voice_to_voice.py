@@ -44,7 +44,7 @@ import httpx
 import numpy as np
 import soundfile as sf
 
-from app.interruption import words
+from app.language import words
 from app.launch import ROOT, AppServer, app_cpus, cpu_server
 from app.machine import describe, isa_in_effect, machine
 from app.metrics import percentile

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.interruption import words
+from app.language import words
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT / "assets"

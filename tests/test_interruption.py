@@ -1,4 +1,5 @@
-from app.interruption import verdict, words
+from app.interruption import verdict
+from app.language import words
 from app.pipeline import language_notice
 
 REPLY = "The capital of France is Paris. It is a big city on the river Seine."
