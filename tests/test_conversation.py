@@ -273,16 +273,23 @@ def test_a_turn_not_heard_yet_is_continued_too(loop):
     assert conversation.agent.ran == [(4, 32000)] and floor.turns[4].continues is first
 
 
-def test_going_on_over_the_audible_reply_stops_it_once_the_voice_outlasts_it(loop):
-    """Begun after the reply was audible, the words might be its echo: the reply pauses, and
-    the utterance's pause stops it only if the voice went on after the reply fell silent."""
-    conversation, session, sent = talk(loop, [("two people at seven", -0.4)])
-    floor = conversation.floor(session)
+def over_the_audible_reply(loop, said: str):
+    """The user's last turn (voiced until 1,000) answered audibly from 1,500; the user spoke
+    again from 1,700, and at its first check (ASR: `said`) the reply paused, silent at
+    2,250: (conversation, session, sent, floor)."""
+    conversation, session, sent = talk(loop, [(said, -0.4)])
     answered(conversation, session, audible_ms=1500.0)
     conversation.on_vad(session, event("speech_start", speech_ms=300, last_voiced_ms=2000))
     conversation.on_vad(session, event("speech_long", last_voiced_ms=2200, frame_ms=2200))
-    assert sent() == ["pause"] and floor.utterance == "pending"
     conversation.on_report(session, PlayerReport("paused", 3, t_ms=2250.0))
+    return conversation, session, sent, conversation.floor(session)
+
+
+def test_going_on_over_the_audible_reply_stops_it_once_the_voice_outlasts_it(loop):
+    """Begun after the reply was audible, the words might be its echo: the reply pauses, and
+    the utterance's pause stops it only if the voice went on after the reply fell silent."""
+    conversation, session, sent, floor = over_the_audible_reply(loop, "two people at seven")
+    assert sent() == ["pause"] and floor.utterance == "pending"
     conversation.on_vad(session, event("pause", seconds=0.8, last_voiced_ms=2600))
     assert sent() == ["stop"]
     floor.turns[4].thread.join(5)
@@ -290,13 +297,8 @@ def test_going_on_over_the_audible_reply_stops_it_once_the_voice_outlasts_it(loo
 
 
 def test_an_echo_stopping_with_the_paused_reply_is_no_going_on(loop):
-    conversation, session, sent = talk(loop, [("and then the other one", -0.4)])
-    floor = conversation.floor(session)
-    answered(conversation, session, audible_ms=1500.0)
-    conversation.on_vad(session, event("speech_start", speech_ms=300, last_voiced_ms=2000))
-    conversation.on_vad(session, event("speech_long", last_voiced_ms=2200, frame_ms=2200))
+    conversation, session, sent, floor = over_the_audible_reply(loop, "and then the other one")
     assert floor.utterance == "pending"  # words, not heard as the echo they are
-    conversation.on_report(session, PlayerReport("paused", 3, t_ms=2250.0))
     conversation.on_vad(session, event("pause", seconds=0.8, last_voiced_ms=2300))
     assert sent() == ["pause", "resume"] and conversation.agent.ran == []
 
@@ -354,12 +356,8 @@ def test_a_commit_by_verdict_ends_the_utterance_so_the_next_reply_is_checked(loo
 
 
 def test_a_hum_right_after_the_users_turn_lets_the_reply_go_on(loop):
-    conversation, session, sent = talk(loop, [("Hmm.", -0.5)])
-    floor = conversation.floor(session)
-    answered(conversation, session, audible_ms=1500.0)
-    conversation.on_vad(session, event("speech_start", speech_ms=300, last_voiced_ms=2000))
-    conversation.on_vad(session, event("speech_long", last_voiced_ms=2200, frame_ms=2200))
-    conversation.on_report(session, PlayerReport("paused", 3, t_ms=2250.0))
+    conversation, session, sent, floor = over_the_audible_reply(loop, "Hmm.")
+    assert floor.utterance == "pending"  # a hum waits, paused
     conversation.on_vad(session, event("pause", seconds=0.8, last_voiced_ms=2600))
     assert sent() == ["pause", "resume"] and conversation.agent.ran == []
     assert floor.continues is not None  # the utterance may still turn out to be words
