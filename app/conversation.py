@@ -45,13 +45,13 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
+from app.anchor import AbDone, AbJob, AnchorQueue
 from app.endofturn import TurnDetector
 from app.interruption import verdict
 from app.messages import (
@@ -81,34 +81,13 @@ Utterance = Literal["over", "pending", "resumed", "turn"]
 
 
 @dataclass
-class AbJob:
-    """The A/B anchor's request for a finished turn: sent when the conversation is idle
-    (the newest waiting first), cancelled by the user's next turn and sent again
-    (sequential A/B)."""
-
-    turn: Turn
-    messages: list[dict]
-    ready: float = field(default_factory=time.perf_counter)
-    """When the primary turn finished."""
-    cancel: threading.Event = field(default_factory=threading.Event)
-    tries: int = 0
-    record: TurnMetrics | None = None
-    dropped: bool = False
-    """Not to be sent again: a later turn continues this one (its words answered anew)."""
-
-
-@dataclass(frozen=True)
-class AbDone:
-    """An anchor request's thread ended (run to its end, or cancelled)."""
-
-    job: AbJob
-
-
-@dataclass
 class Floor:
     """Who has the floor in one session: the turn-taking state. The microphone, the
     player's reports, the verdicts and the A/B change it on the session's turn-taking thread
     (`Listener`); typed and uploaded turns start under the session's lock."""
+
+    anchor: AnchorQueue
+    """The A/B anchor's requests, sent while the conversation is idle."""
 
     current: Turn | None = None
     """The turn being prepared or spoken (at most one)."""
@@ -141,15 +120,6 @@ class Floor:
     """Browser time at which the reply now playing became audible (its "audible" report)."""
     echo_turns: set[int] = field(default_factory=set)
     """Replies whose own voice came back as speech: later checks do not pause them."""
-    ab_waiting: list[AbJob] = field(default_factory=list)
-    """Oldest turn first; the newest is sent first."""
-    ab_running: AbJob | None = None
-
-    def wait_ab(self, job: AbJob) -> None:
-        """Queue an anchor request in turn order, whenever it arrives (a cut one goes back
-        under the newer turns' jobs)."""
-        self.ab_waiting.append(job)
-        self.ab_waiting.sort(key=lambda j: j.turn.turn_id)
 
 
 MIC_STOP = "mic_stop"
@@ -160,7 +130,6 @@ TICK = "tick"
 TICK_S = 0.1
 CLOSED = "closed"
 Item = MicFrame | PlayerReport | EndOfTurn | AudioReady | AbJob | AbDone | str
-AB_TRIES = 3  # an anchor request cancelled this often by the user's turns is given up
 JOIN_MAX_S = 20.0
 """A continuation joins at most this much earlier audio: a story told sentence by sentence
 is not transcribed again from its start at every pause."""
@@ -214,7 +183,8 @@ class Conversation:
     def floor(self, session: Session) -> Floor:
         floor = self._floors.get(session.sid)
         if floor is None:
-            floor = self._floors[session.sid] = Floor()
+            floor = self._floors[session.sid] = Floor(
+                AnchorQueue(self.agent, session, lambda done: self._post(session, done)))
         return floor
 
     def open(self, session: Session) -> Listener:
@@ -233,14 +203,11 @@ class Conversation:
             self.on_verdict(session, item)
         elif isinstance(item, AudioReady):
             self._commit_if_decided(session)
-        elif isinstance(item, AbJob):
-            if item.turn.metrics.continued_in is not None \
-                    or any(t.continues is item.turn for t in f.turns.values()):
-                self._give_up_ab(item)  # its question is answered again with the rest
-            else:
-                f.wait_ab(item)
+        elif isinstance(item, AbJob):  # given up if its question is answered again
+            f.anchor.wait(item, continued=item.turn.metrics.continued_in is not None
+                          or any(t.continues is item.turn for t in f.turns.values()))
         elif isinstance(item, AbDone):
-            self._ab_done(session, item.job)
+            f.anchor.done(item.job)
         elif item == MIC_STOP:
             self.on_mic_stop(session)
         elif item == CLOSED:
@@ -248,14 +215,12 @@ class Conversation:
             f.speaking = 0  # nothing plays without a page
             for turn in list(f.turns.values()):
                 turn.player_gone()
-            if f.ab_running is not None:
-                f.ab_running.cancel.set()
-            f.ab_waiting.clear()
+            f.anchor.close()
             if self._listeners.get(session.sid) is not None \
                     and self._listeners[session.sid].session is session:
                 del self._listeners[session.sid]
             return
-        self._ab_next(session)
+        f.anchor.next(self._idle(session))
 
     # --- the A/B anchor, only while the conversation is idle ---------------------------------
     def _ab_later(self, turn: Turn, messages: list[dict]) -> None:
@@ -267,67 +232,15 @@ class Conversation:
             record = self.agent.rival_record(turn, self.agent.cfg.anchor, "after-primary")
             listener.put(AbJob(turn, messages, record=record))
 
+    def _post(self, session: Session, item: Item) -> None:
+        listener = self._listeners.get(session.sid)
+        if listener is not None:
+            listener.put(item)
+
     def _idle(self, session: Session) -> bool:
         f, endpointer = self.floor(session), self._endpointers.get(session.sid)
         return f.current is None and f.speaking == 0 and \
             (endpointer is None or not endpointer.busy)
-
-    def _ab_next(self, session: Session) -> None:
-        f = self.floor(session)
-        if f.ab_running is not None:
-            if not self._idle(session):
-                f.ab_running.cancel.set()  # the user's turn comes first; sent again later
-            return
-        if not f.ab_waiting or not self._idle(session):
-            return
-        # the newest finished turn first: its figures are the ones the page is showing;
-        # older ones run in the longer quiet spells (a conversation's end at the latest)
-        job = f.ab_running = f.ab_waiting.pop()
-        job.tries += 1
-        job.cancel = threading.Event()
-        listener = self._listeners.get(session.sid)
-
-        def run() -> None:
-            try:
-                job.record = self.agent.measure(
-                    job.turn, self.agent.cfg.anchor, job.messages, "after-primary",
-                    cancel=job.cancel, m=job.record, retries=job.tries - 1,
-                    ran_after_ms=round((time.perf_counter() - job.ready) * 1000, 1),
-                    last_try=job.tries >= AB_TRIES)
-                if not job.cancel.is_set():
-                    session.touch("Ready.")
-            finally:
-                if listener is not None:
-                    listener.put(AbDone(job))
-
-        threading.Thread(target=run, daemon=True, name=f"ab-{job.turn.turn_id}").start()
-
-    def _drop_ab(self, session: Session, turn: Turn) -> None:
-        """The turn's anchor request will not be sent: its words are answered again, with
-        the rest, by the turn that continues it. Its record says cancelled."""
-        f = self.floor(session)
-        if f.ab_running is not None and f.ab_running.turn is turn:
-            f.ab_running.dropped = True  # its record is closed when its thread ends
-            f.ab_running.cancel.set()
-        for job in [j for j in f.ab_waiting if j.turn is turn]:
-            f.ab_waiting.remove(job)
-            self._give_up_ab(job)
-
-    def _give_up_ab(self, job: AbJob) -> None:
-        job.cancel.set()
-        job.record = self.agent.measure(job.turn, self.agent.cfg.anchor, job.messages,
-                                        "after-primary", cancel=job.cancel, m=job.record,
-                                        retries=max(0, job.tries - 1), last_try=True)
-
-    def _ab_done(self, session: Session, job: AbJob) -> None:
-        f = self.floor(session)
-        if f.ab_running is job:
-            f.ab_running = None
-        if job.dropped:  # cut, not on its last try: its record is not closed yet
-            if job.tries < AB_TRIES and job.record is not None and job.record.cancelled:
-                self._give_up_ab(job)
-        elif job.cancel.is_set() and job.tries < AB_TRIES:
-            f.wait_ab(job)  # under the newer turns' jobs
 
     # --- microphone (the session's turn-taking thread) --------------------------------------
     def on_frame(self, session: Session, frame: MicFrame) -> None:
@@ -372,9 +285,7 @@ class Conversation:
 
         def run() -> None:
             result = self.detector.judge(turn.turn_id, transcript.text, audio, context[-300:])
-            listener = self._listeners.get(session.sid)
-            if listener is not None:
-                listener.put(result)
+            self._post(session, result)
 
         if self.detector.uses <= {"words"}:
             run()  # the words cost nothing: no thread to hop to
@@ -580,7 +491,7 @@ class Conversation:
             if f.continues is not None and f.continues.audio is not None:
                 turn.continues = f.continues  # one utterance, one transcript, one answer
                 audio = np.concatenate([f.continues.audio, audio])
-                self._drop_ab(session, f.continues)
+                f.anchor.drop(f.continues)
             turn.audio = audio
         for old in f.turns.values():  # only the newest turn's audio can be joined
             if old is not f.continues:
@@ -590,8 +501,7 @@ class Conversation:
         else:
             turn.on_audio_ready = self._audio_ready
         with session.lock:
-            if f.ab_running is not None:
-                f.ab_running.cancel.set()  # a new turn comes first; the A/B is sent again
+            f.anchor.cut()  # a new turn comes first; the A/B request is sent again
             f.current = turn
             f.turns[turn.turn_id] = turn
             gone = [f.turns.pop(old) for old in list(f.turns)[:-KEEP_TURNS]]
@@ -617,9 +527,7 @@ class Conversation:
         return turn
 
     def _audio_ready(self, turn: Turn) -> None:
-        listener = self._listeners.get(turn.session.sid)
-        if listener is not None:
-            listener.put(AudioReady(turn.turn_id))
+        self._post(turn.session, AudioReady(turn.turn_id))
 
     def start_text(self, session: Session, text: str) -> Turn:
         self.barge_in(session)

@@ -12,8 +12,9 @@ import threading
 import numpy as np
 import pytest
 
+from app.anchor import AbJob
 from app.config import AppConfig, Endpoint, TurnConfig
-from app.conversation import AbJob, Conversation
+from app.conversation import Conversation
 from app.endofturn import TurnDetector
 from app.messages import EndOfTurn, PlayerReport, Transcript, VadEvent
 from app.metrics import TurnMetrics
@@ -405,14 +406,14 @@ def test_the_continued_turns_anchor_request_is_given_up(loop):
     agent, floor = conversation.agent, conversation.floor(session)
     first = answered(conversation, session, playing=False)
     older = Turn(session, TurnMetrics(2, "primary"))
-    floor.ab_waiting = [AbJob(older, []), AbJob(first, [])]
+    floor.anchor.waiting = [AbJob(older, []), AbJob(first, [])]
     conversation.on_vad(session, event("speech_start", speech_ms=300, last_voiced_ms=2000))
     conversation.on_vad(session, event("pause", seconds=1.0, last_voiced_ms=2500))
-    assert [j.turn for j in floor.ab_waiting] == [older]
+    assert [j.turn for j in floor.anchor.waiting] == [older]
     assert agent.measured == [(3, False, True)]
     floor.speaking = 4  # not idle: nothing is sent now
     conversation.handle(session, AbJob(first, []))  # its turn thread handed it over late
-    assert [j.turn for j in floor.ab_waiting] == [older] and len(agent.measured) == 2
+    assert [j.turn for j in floor.anchor.waiting] == [older] and len(agent.measured) == 2
 
 
 def test_the_page_is_told_of_changes_at_most_five_times_a_second():

@@ -1,0 +1,130 @@
+"""The A/B anchor's requests of one conversation with a page (sequential A/B).
+
+Each finished turn hands its anchor request over (`AbJob`); it waits until the
+conversation is idle (no one speaks, no turn is in flight, no reply plays), the newest
+turn's first, so the page's latest turn gets its A/B soonest. A new turn cancels the
+request in flight; it is sent again later, up to `AB_TRIES` times, and its record says
+when and how often. A turn that a later one continues (the user went on) gives its request
+up. Every method runs on the session's turn-taking thread (app/conversation.py); a
+request runs on a thread of its own and posts `AbDone` back to that queue.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from app.metrics import TurnMetrics
+from app.pipeline import Agent
+from app.session import Session
+from app.turn import Turn
+
+AB_TRIES = 3  # an anchor request cancelled this often by the user's turns is given up
+
+
+@dataclass
+class AbJob:
+    """The A/B anchor's request for a finished turn."""
+
+    turn: Turn
+    messages: list[dict]
+    ready: float = field(default_factory=time.perf_counter)
+    """When the primary turn finished."""
+    cancel: threading.Event = field(default_factory=threading.Event)
+    tries: int = 0
+    record: TurnMetrics | None = None
+    dropped: bool = False
+    """Not to be sent again: a later turn continues this one (its words answered anew)."""
+
+
+@dataclass(frozen=True)
+class AbDone:
+    """An anchor request's thread ended (run to its end, or cancelled)."""
+
+    job: AbJob
+
+
+class AnchorQueue:
+    """One session's anchor requests: those waiting (oldest turn first) and the one in
+    flight."""
+
+    def __init__(self, agent: Agent, session: Session,
+                 post: Callable[[AbDone], None]) -> None:
+        self.agent, self.session, self.post = agent, session, post
+        self.waiting: list[AbJob] = []
+        self.running: AbJob | None = None
+
+    def wait(self, job: AbJob, continued: bool = False) -> None:
+        """Queue a request in turn order, whenever it arrives (a cut one goes back under
+        the newer turns' jobs); `continued`: its turn is being answered again (given up)."""
+        if continued:
+            self._give_up(job)
+            return
+        self.waiting.append(job)
+        self.waiting.sort(key=lambda j: j.turn.turn_id)
+
+    def next(self, idle: bool) -> None:
+        """The conversation changed: cut the request in flight if it is no longer idle,
+        else send the newest waiting one (older ones run in the longer quiet spells, a
+        conversation's end at the latest)."""
+        if self.running is not None:
+            if not idle:
+                self.running.cancel.set()  # the user's turn comes first; sent again later
+            return
+        if not self.waiting or not idle:
+            return
+        job = self.running = self.waiting.pop()
+        job.tries += 1
+        job.cancel = threading.Event()
+        threading.Thread(target=self._send, args=(job,), daemon=True,
+                         name=f"ab-{job.turn.turn_id}").start()
+
+    def _send(self, job: AbJob) -> None:
+        try:
+            job.record = self.agent.measure(
+                job.turn, self.agent.cfg.anchor, job.messages, "after-primary",
+                cancel=job.cancel, m=job.record, retries=job.tries - 1,
+                ran_after_ms=round((time.perf_counter() - job.ready) * 1000, 1),
+                last_try=job.tries >= AB_TRIES)
+            if not job.cancel.is_set():
+                self.session.touch("Ready.")
+        finally:
+            self.post(AbDone(job))
+
+    def cut(self) -> None:
+        """A new turn starts: the request in flight stops (it is sent again later)."""
+        if self.running is not None:
+            self.running.cancel.set()
+
+    def done(self, job: AbJob) -> None:
+        """A request's thread ended: a cut one waits again, unless its tries are spent."""
+        if self.running is job:
+            self.running = None
+        if job.dropped:  # cut, not on its last try: its record is not closed yet
+            if job.tries < AB_TRIES and job.record is not None and job.record.cancelled:
+                self._give_up(job)
+        elif job.cancel.is_set() and job.tries < AB_TRIES:
+            self.wait(job)
+
+    def drop(self, turn: Turn) -> None:
+        """The turn's request will not be sent: its words are answered again, with the
+        rest, by the turn that continues it. Its record says cancelled."""
+        if self.running is not None and self.running.turn is turn:
+            self.running.dropped = True  # its record is closed when its thread ends
+            self.running.cancel.set()
+        for job in [j for j in self.waiting if j.turn is turn]:
+            self.waiting.remove(job)
+            self._give_up(job)
+
+    def close(self) -> None:
+        """The page went away: nothing more is sent."""
+        self.cut()
+        self.waiting.clear()
+
+    def _give_up(self, job: AbJob) -> None:
+        job.cancel.set()
+        job.record = self.agent.measure(job.turn, self.agent.cfg.anchor, job.messages,
+                                        "after-primary", cancel=job.cancel, m=job.record,
+                                        retries=max(0, job.tries - 1), last_try=True)
