@@ -65,8 +65,9 @@ class TurnConfig:
     audio_done: float = 0.5
     """Smart Turn's P(complete) at or above which the turn commits at once."""
     continue_ms: int = 1500
-    """Speech that starts this soon after a committed voice turn's last voiced frame, and
-    is not a command or the agent's own voice, continues that turn: the reply stops and the
+    """Speech that starts this soon after a committed voice turn's last voiced frame (after
+    the cap, for words held as unfinished), and is not a command or the agent's own voice,
+    continues that turn: the reply stops and the
     two utterances become one turn, one transcript, one answer ("I'd like a table for ...
     two people": the words at the pause looked finished, or a slow box let it commit). 0:
     off (it is an interruption like any other)."""

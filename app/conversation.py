@@ -258,17 +258,20 @@ class Conversation:
 
     def _began(self, session: Session, event: VadEvent) -> None:
         """An utterance started (`speech_start`): when, and the turn it goes on from: the
-        newest turn, if it is a committed voice turn whose last voiced frame came at most
-        `continue_ms` before this speech began (the user's pause, whatever the agent did
-        meanwhile)."""
+        newest turn, if it is a committed voice turn and this speech began at most
+        `continue_ms` after the silence its verdict asked for (none for finished words; the
+        cap for unfinished ones), counted from its last voiced frame: the user's pause,
+        whatever the agent did meanwhile."""
         f, window = self.floor(session), self.agent.cfg.turn.continue_ms
         f.began_ms, f.continues, f.heard = event.last_voiced_ms - event.speech_ms, None, ""
         with session.lock:
             latest = f.turns[max(f.turns)] if f.turns else None
-        if window and latest is not None and latest.committed and not latest.cancel.is_set() \
-                and not latest.metrics.error_stage and latest.audio is not None \
-                and len(latest.audio) < JOIN_MAX_S * RATE and latest.last_voiced_ms is not None \
-                and f.began_ms - latest.last_voiced_ms <= window:
+        if not window or latest is None or not latest.committed or latest.cancel.is_set() \
+                or latest.metrics.error_stage or latest.audio is None \
+                or len(latest.audio) >= JOIN_MAX_S * RATE or latest.last_voiced_ms is None:
+            return
+        held = latest.verdict.hold_ms if latest.verdict is not None else 0
+        if f.began_ms - latest.last_voiced_ms <= held + window:
             f.continues = latest
 
     # --- the end of the user's turn ----------------------------------------------------------

@@ -304,6 +304,19 @@ def test_an_echo_stopping_with_the_paused_reply_is_no_going_on(loop):
     assert sent() == ["pause", "resume"] and conversation.agent.ran == []
 
 
+def test_an_unfinished_sentence_committed_at_the_cap_is_continued_after_it(loop):
+    """"I was wondering if ..." held 2 s, committed at the cap: going on 2.8 s after the
+    last word still continues it (the window counts from the silence the verdict asked
+    for); 4 s after does not."""
+    for began_after_ms, continued in ((2800, True), (4000, False)):
+        conversation, session, sent = talk(loop, [])
+        first = answered(conversation, session, playing=False)
+        first.judged(EndOfTurn(3, 2000, False, "words", "ends with “if”", 0.0))
+        last = 1000 + began_after_ms + 300
+        conversation.on_vad(session, event("speech_start", speech_ms=300, last_voiced_ms=last))
+        assert (conversation.floor(session).continues is first) is continued
+
+
 def test_speech_long_after_the_users_turn_is_an_interruption_as_before(loop):
     conversation, session, sent = talk(loop, [("What about Spain", -0.4)])
     floor = conversation.floor(session)
