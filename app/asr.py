@@ -122,7 +122,7 @@ class Asr:
                 beam_size=self.cfg.beam_size, condition_on_previous_text=False,
                 without_timestamps=True, vad_filter=False,
                 # in auto mode too: detection does not read the prompt
-                initial_prompt=None if lang == "en" else _ZH_PROMPT,
+                initial_prompt=_ZH_PROMPT if lang in ("zh", "auto") else None,
             )
             text = "".join(s.text for s in segments if s.no_speech_prob < NO_SPEECH).strip()
             detected = info.language
@@ -160,7 +160,7 @@ class Asr:
         tok = Tokenizer(model.hf_tokenizer, whisper.is_multilingual, task="transcribe",
                         language=lang)
         prompt = [*tok.sot_sequence, tok.no_timestamps]
-        if lang != "en" and whisper.is_multilingual:  # simplified characters for Mandarin
+        if lang == "zh" and whisper.is_multilingual:  # simplified characters for Mandarin
             prompt = [tok.sot_prev, *tok.encode(" " + _ZH_PROMPT), *prompt]
         # a spoken turn holds at most ~5 tokens a second: a loop cannot run on
         max_length = len(prompt) + int(16 + 8 * len(audio) / RATE)
