@@ -417,10 +417,13 @@ class Conversation:
             turn.commit("speech after the reply")
 
     def _voiced_after_silence(self, session: Session, event: VadEvent) -> bool:
-        """Whether the utterance's voice went on after the paused reply fell silent and its
-        echo died away: the user's, not the reply's echo."""
+        """Whether the utterance's voice went on for `barge_in_ms` after the paused reply
+        fell silent, as long again as the speech that paused it: the user's, not the
+        reply's echo (with the reply fed back into the page's microphone, an echo's last
+        voiced frame came over 200 ms after the page reported silence)."""
         silent = self.floor(session).paused_silent_ms
-        return silent is not None and event.last_voiced_ms >= silent + ECHO_TAIL_MS
+        return silent is not None and \
+            event.last_voiced_ms >= silent + self.agent.cfg.vad.barge_in_ms
 
     def _after_silence(self, session: Session, event: VadEvent) -> bool:
         """Whether this speech was captured after the paused reply went silent (the page's

@@ -291,7 +291,7 @@ def test_going_on_over_the_audible_reply_stops_it_once_the_voice_outlasts_it(loo
     the utterance's pause stops it only if the voice went on after the reply fell silent."""
     conversation, session, sent, floor = over_the_audible_reply(loop, "two people at seven")
     assert sent() == ["pause"] and floor.utterance == "pending"
-    conversation.on_vad(session, event("pause", seconds=0.8, last_voiced_ms=2600))
+    conversation.on_vad(session, event("pause", seconds=0.8, last_voiced_ms=2800))
     assert sent() == ["stop"]
     floor.turns[4].thread.join(5)
     assert conversation.agent.ran == [(4, 16000 + 12800)] and floor.turns[4].continues
@@ -372,7 +372,7 @@ def test_a_commit_by_verdict_ends_the_utterance_so_the_next_reply_is_checked(loo
 def test_a_hum_right_after_the_users_turn_lets_the_reply_go_on(loop):
     conversation, session, sent, floor = over_the_audible_reply(loop, "Hmm.")
     assert floor.utterance == "pending"  # a hum waits, paused
-    conversation.on_vad(session, event("pause", seconds=0.8, last_voiced_ms=2600))
+    conversation.on_vad(session, event("pause", seconds=0.8, last_voiced_ms=2800))
     assert sent() == ["pause", "resume"] and conversation.agent.ran == []
     assert floor.continues is not None  # the utterance may still turn out to be words
 
