@@ -55,11 +55,13 @@ class AnchorQueue:
         self.agent, self.session, self.post = agent, session, post
         self.waiting: list[AbJob] = []
         self.running: AbJob | None = None
+        self.dropped: set[int] = set()
+        """Turns whose requests are given up, one arriving late included."""
 
-    def wait(self, job: AbJob, continued: bool = False) -> None:
+    def wait(self, job: AbJob) -> None:
         """Queue a request in turn order, whenever it arrives (a cut one goes back under
-        the newer turns' jobs); `continued`: its turn is being answered again (given up)."""
-        if continued:
+        the newer turns' jobs); a dropped turn's is given up."""
+        if job.turn.turn_id in self.dropped:
             self._give_up(job)
             return
         self.waiting.append(job)
@@ -111,6 +113,7 @@ class AnchorQueue:
     def drop(self, turn: Turn) -> None:
         """The turn's request will not be sent: its words are answered again, with the
         rest, by the turn that continues it. Its record says cancelled."""
+        self.dropped.add(turn.turn_id)
         if self.running is not None and self.running.turn is turn:
             self.running.dropped = True  # its record is closed when its thread ends
             self.running.cancel.set()

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from app.config import AsrConfig
+from app.language import words
 from app.messages import RATE, Transcript
 
 log = logging.getLogger(__name__)
@@ -183,8 +184,6 @@ class Asr:
 def repeated(text: str) -> bool:
     """Whether `text` is one phrase of two or more words written twice or more over, the
     last copy perhaps cut short ("Hello? Who are you? Hello? Who are you? Hello?")."""
-    from app.language import words
-
     w = words(text)
     return any(all(w[i] == w[i % period] for i in range(len(w)))
                for period in range(2, len(w) // 2 + 1))

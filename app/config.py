@@ -67,10 +67,10 @@ class TurnConfig:
     continue_ms: int = 1500
     """Speech that starts this soon after a committed voice turn's last voiced frame (after
     the cap, for words held as unfinished), and is not a command or the agent's own voice,
-    continues that turn: the reply stops and the
-    two utterances become one turn, one transcript, one answer ("I'd like a table for ...
-    two people": the words at the pause looked finished, or a slow box let it commit). 0:
-    off (it is an interruption like any other)."""
+    continues that turn: the reply stops and the two utterances become one turn, one
+    transcript, one answer ("I'd like a table for ... two people": the words at the pause
+    looked finished, or a slow box let it commit). 0: off (it is an interruption like any
+    other)."""
 
 
 DETECTORS = ("off", "words", "model", "audio", "words+model", "words+audio", "model+audio",

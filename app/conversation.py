@@ -34,9 +34,9 @@ turn's last word): the turn this utterance makes continues that one: its audio i
 that turn's, and its publishing withdraws that turn's question and cut reply. Agent silent,
 the reply (not audible yet) stops at speech_start as above. Agent speaking, the words are
 checked as above, except: begun before the reply was audible (so not its echo), words stop
-it at the first check; pending words whose voice went on after the paused reply fell
-silent stop it at the utterance's pause too (a short going-on: "… two people"). A command
-or the agent's echo is no continuation.
+it at the first check; pending words whose voice went on for `barge_in_ms` after the
+paused reply fell silent stop it at the utterance's pause too (a short going-on: "… two
+people"). A command or the agent's echo is no continuation.
 No UI text is made here.
 """
 
@@ -203,9 +203,8 @@ class Conversation:
             self.on_verdict(session, item)
         elif isinstance(item, AudioReady):
             self._commit_if_decided(session)
-        elif isinstance(item, AbJob):  # given up if its question is answered again
-            f.anchor.wait(item, continued=item.turn.metrics.continued_in is not None
-                          or any(t.continues is item.turn for t in f.turns.values()))
+        elif isinstance(item, AbJob):
+            f.anchor.wait(item)
         elif isinstance(item, AbDone):
             f.anchor.done(item.job)
         elif item == MIC_STOP:

