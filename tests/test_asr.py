@@ -108,3 +108,20 @@ def test_a_repeated_window_transcript_is_read_again_on_the_whole_window(caplog):
         text = asr.process(3, twice).text
     assert "reading the 30 s window" in caplog.text
     assert words(text).count("hello") == 2 and words(text).count("who") == 2, text
+
+
+@pytest.mark.parametrize("name", ["en_capital.wav", "zh_weather.wav"])
+def test_window_features_are_whispers_own_for_the_padded_clip(name):
+    """`window_mel` computes the STFT of the clip alone and fills the padding with the value
+    faster-whisper's extractor gives padded silence: the same features as its 30 s padding,
+    for a real clip, silence and a clip longer than the window."""
+    from faster_whisper.feature_extractor import FeatureExtractor
+
+    from app.asr import window_mel
+
+    fe = FeatureExtractor(feature_size=80)
+    audio, _ = sf.read(ASSETS / name, dtype="float32")
+    for x in (audio, np.zeros(16000, np.float32), np.tile(audio, 5)[:16000 * 12]):
+        ours = window_mel(fe, x, 1000)
+        assert ours.shape == (80, 1000)
+        np.testing.assert_allclose(ours, fe(x, padding=fe.n_samples)[:, :1000], atol=1e-5)

@@ -153,3 +153,13 @@ def test_gpu_servers_take_the_card_and_voice_flags(tmp_path):
     assert all("MacheteLinearKernel" in s.env["VLLM_DISABLED_KERNELS"] for s in one_each)
     machete = gpu_servers(plans, {"primary": "p", "anchor": "a"}, dense_int4_kernel="machete")
     assert all("VLLM_DISABLED_KERNELS" not in s.env for s in machete)
+
+
+def test_the_speculative_start_comes_sooner_where_asr_runs_on_a_gpu():
+    from app.config import GPU_EAGER_MS, VadConfig
+
+    assert from_args(parser().parse_args([])).vad.eager_ms == VadConfig.eager_ms == 128
+    gpu = from_args(parser().parse_args(["--asr-device", "cuda"]))
+    assert gpu.vad.eager_ms == GPU_EAGER_MS == 32
+    assert from_args(parser().parse_args(["--asr-device", "cuda", "--eager-ms", "0"])) \
+        .vad.eager_ms == 0  # a flag given wins, 0 (no speculation) too
