@@ -120,15 +120,18 @@ LABELS = {
 }
 # Server stage events in the order a turn passes them (the waterfall's rows).
 STAGES = ["start", "asr_start", "asr_decode", "asr_end", "asr_handed", "judged", "committed",
-          "llm_sent", "first_token", "first_piece", "tts_start", "first_audio", "first_sent"]
+          "llm_sent", "first_token", "first_piece", "tts_start", "first_audio", "first_sent",
+          "socket_sent"]
 """start: the turn begins (a voice turn: at the user's first short pause); asr_start: its
 thread asks for ASR; asr_decode / asr_end: the ASR worker decodes; asr_handed: the turn's
-thread has the words; tts_start: the TTS thread takes the first piece."""
+thread has the words; tts_start: the TTS thread takes the first piece; first_sent: the
+first audio is handed to the event loop; socket_sent: the loop has written it."""
 HANDOFFS = [("start", "asr_start", "turn thread starts"),
             ("asr_start", "asr_decode", "ASR worker picks up"),
             ("asr_end", "asr_handed", "transcript back to the turn"),
             ("asr_handed", "llm_sent", "request built"),
-            ("first_piece", "tts_start", "TTS thread picks up")]
+            ("first_piece", "tts_start", "TTS thread picks up"),
+            ("first_sent", "socket_sent", "event loop writes the audio")]
 """The chain's hand-offs between threads and stages: (from, to, what happens between)."""
 
 

@@ -62,11 +62,12 @@ class Session:
         return self  # live state (locks, queues, threads) is shared, never copied
 
     # --- the page's audio channel --------------------------------------------------------
-    def send_audio(self, chunk: SpeechChunk) -> None:
-        """Reply audio to the page's player (nothing when no page listens)."""
+    def send_audio(self, chunk: SpeechChunk, on_sent=None) -> None:
+        """Reply audio to the page's player (nothing when no page listens); `on_sent()` once
+        the event loop wrote it to the socket."""
         outbox = self.outbox
         if outbox is not None:
-            outbox.send_bytes(audio_message(chunk))
+            outbox.send_bytes(audio_message(chunk), on_sent)
 
     def send_event(self, event: dict) -> None:
         if self.outbox is not None:

@@ -80,7 +80,11 @@ async def serve_socket(ws, session: Session, conversation) -> None:
     async def writer() -> None:
         while True:
             item = await outbox.queue.get()
-            if isinstance(item, bytes):
+            if isinstance(item, tuple):  # bytes whose sender waits to hear they went
+                data, on_sent = item
+                await ws.send_bytes(data)
+                on_sent()
+            elif isinstance(item, bytes):
                 await ws.send_bytes(item)
             else:
                 await ws.send_text(item)

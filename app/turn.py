@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -215,12 +216,15 @@ class Turn:
         return bool(self._held)
 
     def _send(self, chunk: SpeechChunk) -> None:
+        on_sent = None
         if self.session.outbox is not None:
             # stamped before the bytes go: the page's report of them comes back on the event
             # loop's thread, which on a busy machine can run before this one does again
-            self.stamp("first_sent")
+            if "first_sent" not in self.stamps:
+                self.stamp("first_sent")
+                on_sent = partial(self.stamp, "socket_sent")  # on the event loop
             self._to_page = True
-        self.session.send_audio(chunk)
+        self.session.send_audio(chunk, on_sent)
 
     def _publish_if_ready(self) -> None:
         """Under the session lock: show the turn once it is committed and its words known."""

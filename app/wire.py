@@ -57,8 +57,10 @@ class Outbox:
         self._rendered_at = self.loop.time()
         self.queue.put_nowait('{"type": "render"}')
 
-    def send_bytes(self, data: bytes) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, data)
+    def send_bytes(self, data: bytes, on_sent=None) -> None:
+        """`on_sent()` is called on the event loop once the bytes are written to the socket."""
+        item = data if on_sent is None else (data, on_sent)
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
 
     def send_json(self, event: dict) -> None:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, json.dumps(event))

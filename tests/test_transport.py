@@ -36,6 +36,8 @@ def test_spoken_turn_over_the_socket(app_url):
     line = row["timeline"]
     assert line["asr_start"] < line["committed"] or line["asr_start"] < line["asr_end"]
     assert line["committed"] >= 400 and line["first_sent"] >= line["committed"]
+    # the event loop's write of the first audio is on the timeline, before the client has it
+    assert line["first_sent"] <= line["socket_sent"] <= line["received"] + 1.0
     assert row["eot_wait_ms"] >= 400 and row["asr_after_speech_ms"] > 0
 
 

@@ -130,8 +130,8 @@ def test_transport_is_known_when_the_page_answers_before_the_sender_runs_again()
     from app.wire import Outbox
 
     class AnsweringAtOnce(Outbox):
-        def send_bytes(self, data: bytes) -> None:
-            super().send_bytes(data)
+        def send_bytes(self, data: bytes, on_sent=None) -> None:
+            super().send_bytes(data, on_sent)
             turn.on_player(PlayerReport("audible", 1, t_ms=1950.0, received_ms=1930.0))
 
     loop = asyncio.new_event_loop()
