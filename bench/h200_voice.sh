@@ -79,7 +79,8 @@ if [ "$OUT" = servers ]; then
   exit 0
 fi
 mkdir -p "$OUT"
-trap 'cp -f logs/vllm-primary.log logs/vllm-anchor.log "$OUT"/ 2>/dev/null || true' EXIT
+LOGS=$PWD/logs
+trap 'cp -f $LOGS/vllm-primary.log $LOGS/vllm-anchor.log "$OUT"/ 2>/dev/null || true' EXIT
 # SERVERS=running: the app runs on the servers started above (one start for all the runs
 # of a session); else `--launch` starts them with the app
 if [ "${SERVERS:-}" = running ]; then
