@@ -36,13 +36,20 @@ def now_ms() -> float:
     return time.perf_counter() * 1000.0
 
 
+LEAD_S = 0.3
+"""Silence `say` sends before a clip, as a microphone picks up the room before the words."""
+
 @dataclass
 class Reply:
     turn: int = 0
     first_audio_ms: float | None = None
     """Client time the reply's first audio arrived."""
     last_frame_ms: float = 0.0
-    """Client time of the last microphone frame sent with speech in it."""
+    """Client time of the last microphone frame sent with speech in it (0 while the reply
+    came before the clip's last frame was sent)."""
+    stream_start_ms: float = 0.0
+    """Client time of the first sample sent: sample n of the clip, with the `LEAD_S` of
+    silence before it, went out at stream_start_ms + n / rate (the microphone's pace)."""
     chunks: list[np.ndarray] = field(default_factory=list)
     rate: int = 0
     events: list[dict] = field(default_factory=list)
@@ -147,7 +154,7 @@ class VoiceClient:
         is taken the moment it arrives, as the page's player takes it: also while the
         clip's own trailing sound is still being sent (read only after it, a reply ready
         early looked 100-250 ms late)."""
-        lead = np.zeros(int(0.3 * RATE), np.float32)
+        lead = np.zeros(int(LEAD_S * RATE), np.float32)
         x = (resample(np.concatenate([lead, speech16k.astype(np.float32)]), RATE, self.rate)
              * 32767).astype("<i2")
         n = self._frame_samples
@@ -156,6 +163,7 @@ class VoiceClient:
         reply = Reply(last_frame_ms=0.0)
         deadline = time.monotonic() + timeout_s
         start = now_ms()
+        reply.stream_start_ms = start
         k = 0
         while time.monotonic() < deadline:
             due = start + (k + 1) * FRAME_MS

@@ -26,7 +26,7 @@ import numpy as np
 import soundfile as sf
 
 from app.audio import resample
-from app.client import FRAME_MS, VoiceClient
+from app.client import LEAD_S, VoiceClient
 from app.launch import ROOT, AppServer
 from app.metrics import percentile
 
@@ -141,9 +141,9 @@ def main() -> None:
             for i in range(args.turns):
                 text, x = said[i % len(said)]
                 reply = client.say(x, timeout_s=120)
-                # the client's clock: the clip's last loud sample went out with its frame
-                tail_s = len(x) / 16000 - speech_end_s(x)
-                last_voiced = reply.last_frame_ms - tail_s * 1000 - FRAME_MS / 2
+                # the client's clock: when the clip's last loud sample went out (also when the
+                # reply came while the clip's trailing room sound was still being sent)
+                last_voiced = reply.stream_start_ms + (LEAD_S + speech_end_s(x)) * 1000
                 client_v2v.append(round(reply.first_audio_ms - last_voiced, 1))
                 records.append({"said": text, "turn": reply.turn,
                                 "client_v2v_ms": client_v2v[-1]})
