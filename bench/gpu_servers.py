@@ -15,6 +15,7 @@ runs on them with `--base-url http://127.0.0.1:8000/v1 --model qwen36` (and the 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -22,9 +23,10 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 from app.__main__ import _interrupt, launch_servers
-from app.config import parse
+from app.config import ROOT, parse
 
 PRIMARY, ANCHOR = "http://127.0.0.1:8000", "http://127.0.0.1:8001"
+PID_FILE = ROOT / "logs" / "gpu-servers.pid"
 
 
 def endpoints(anchor: bool = True) -> list[str]:
@@ -62,6 +64,8 @@ def main() -> None:
         return
     app_args = args.app_args[1:] if args.app_args[:1] == ["--"] else args.app_args
     servers = launch_servers(parse(["--launch", *app_args]))
+    PID_FILE.parent.mkdir(parents=True, exist_ok=True)
+    PID_FILE.write_text(str(os.getpid()))  # `bash bench/h200_voice.sh stop` reads it
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         for s in servers:

@@ -12,6 +12,7 @@
 #   bash bench/h200_voice.sh OUT [TURNS]      (APP_FLAGS: more flags for the app)
 # Several runs on one start of the servers (each call of a device session):
 #   bash bench/h200_voice.sh servers                      # started, kept up; returns at once
+#   bash bench/h200_voice.sh stop                         # stopped (to start them otherwise)
 #   SERVERS=running bash bench/h200_voice.sh OUT 20       # waits for them, then the run
 #   SERVERS=running APP_DIR=.before bash bench/h200_voice.sh OUT 20   # another checkout
 #   SERVERS=running CAPACITY=8,16,32 BENCH_FLAGS="--setting w4='--workers 4'" \
@@ -71,6 +72,10 @@ export PYTHONPATH=$SITE:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 python3 -c "import vllm, gradio, faster_whisper, piper; print('vllm', vllm.__version__, 'gradio', gradio.__version__)"
 [ "${UNPACK_ONLY:-}" ] && exit 0
 mkdir -p logs
+if [ "$OUT" = stop ]; then  # the servers started by `servers`, by their pid file
+  PID=$(cat logs/gpu-servers.pid) && kill "$PID" && while kill -0 "$PID" 2>/dev/null; do sleep 1; done
+  exit 0
+fi
 if [ "$OUT" = servers ]; then
   # `bash bench/h200_voice.sh servers`: both servers started in a process session of their
   # own, so they stay up after this call returns (until the machine goes back)
