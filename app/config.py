@@ -46,9 +46,10 @@ class VadConfig:
 
 GPU_EAGER_MS = 32
 """The speculative start with ASR on a GPU: one silent VAD frame. A start there costs a
-~40 ms decode on the GPU and one short request; on the CPU a decode takes the core for
-250-450 ms, so a start after every short gap between words would cost the turns that
-follow (docs/PERFORMANCE.md, "H200: the chain around the model")."""
+~15 ms decode on the GPU (and a short request if the silence outlasts it); on the CPU a
+decode takes a core for 200-400 ms, so a start at every short gap between words would cost
+the turns that follow. With it, and the stages' other changes, the GPU voice-to-voice p50
+went 375 -> 202 ms (docs/PERFORMANCE.md, "GPU: the chain around the model")."""
 
 
 def eager_ms(args: argparse.Namespace) -> int:
