@@ -125,13 +125,13 @@ STAGES = ["start", "asr_start", "asr_decode", "asr_end", "asr_handed", "judged",
 """start: the turn begins (a voice turn: at the user's first short pause); asr_start: its
 thread asks for ASR; asr_decode / asr_end: the ASR worker decodes; asr_handed: the turn's
 thread has the words; tts_start: the TTS thread takes the first piece; first_sent: the
-first audio is handed to the event loop; socket_sent: the loop has written it."""
+first audio is handed to the event loop; socket_sent: the loop has written it (inside
+transport, first_sent -> received, so not a hand-off of its own)."""
 HANDOFFS = [("start", "asr_start", "turn thread starts"),
             ("asr_start", "asr_decode", "ASR worker picks up"),
             ("asr_end", "asr_handed", "transcript back to the turn"),
             ("asr_handed", "llm_sent", "request built"),
-            ("first_piece", "tts_start", "TTS thread picks up"),
-            ("first_sent", "socket_sent", "event loop writes the audio")]
+            ("first_piece", "tts_start", "TTS thread picks up")]
 """The chain's hand-offs between threads and stages: (from, to, what happens between)."""
 
 

@@ -20,13 +20,13 @@ import signal
 import sys
 import time
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 
 from app.__main__ import _interrupt, launch_servers
 from app.config import ROOT, parse
 
 PRIMARY, ANCHOR = "http://127.0.0.1:8000", "http://127.0.0.1:8001"
 PID_FILE = ROOT / "logs" / "gpu-servers.pid"
+READY = ROOT / "logs" / "gpu-servers.ready"
 
 
 def endpoints(anchor: bool = True) -> list[str]:
@@ -45,8 +45,9 @@ def answering(base: str) -> bool:
 
 
 def wait(timeout_s: float) -> None:
+    """Until the servers `main` started are all healthy (it writes READY then)."""
     deadline = time.monotonic() + timeout_s
-    while not answering(PRIMARY):
+    while not (READY.exists() and answering(PRIMARY)):
         if time.monotonic() > deadline:
             raise SystemExit(f"the servers did not answer within {timeout_s:.0f} s; see "
                              "logs/vllm-primary.log")
@@ -65,14 +66,16 @@ def main() -> None:
     app_args = args.app_args[1:] if args.app_args[:1] == ["--"] else args.app_args
     servers = launch_servers(parse(["--launch", *app_args]))
     PID_FILE.parent.mkdir(parents=True, exist_ok=True)
+    READY.unlink(missing_ok=True)
     PID_FILE.write_text(str(os.getpid()))  # `bash bench/h200_voice.sh stop` reads it
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         for s in servers:
             s.start()
-        with ThreadPoolExecutor() as pool:
-            list(pool.map(lambda s: s.wait_healthy(args.ready_timeout), servers))
-        print("servers ready: " + " ".join(endpoints(len(servers) == 2)), flush=True)
+        for s in servers:  # in this thread: a stop while they start is not held up
+            s.wait_healthy(args.ready_timeout)
+        READY.write_text(" ".join(endpoints(len(servers) == 2)))
+        print("servers ready: " + READY.read_text(), flush=True)
         while all(s.proc.poll() is None for s in servers):
             time.sleep(5)
         print("a server exited; see logs/", file=sys.stderr)
@@ -81,6 +84,8 @@ def main() -> None:
     finally:
         for s in servers:
             s.stop()
+        READY.unlink(missing_ok=True)
+        PID_FILE.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

@@ -83,6 +83,7 @@ if [ "$OUT" = servers ]; then
   echo "servers starting: logs/gpu-servers.log, logs/vllm-*.log"
   exit 0
 fi
+OUT=$(realpath -m "$OUT")  # the run may go on in APP_DIR
 mkdir -p "$OUT"
 LOGS=$PWD/logs
 trap 'cp -f $LOGS/vllm-primary.log $LOGS/vllm-anchor.log "$OUT"/ 2>/dev/null || true' EXIT
@@ -90,9 +91,11 @@ trap 'cp -f $LOGS/vllm-primary.log $LOGS/vllm-anchor.log "$OUT"/ 2>/dev/null || 
 # of a session); else `--launch` starts them with the app
 if [ "${SERVERS:-}" = running ]; then
   python3 -m bench.gpu_servers --wait
-  read -ra MODEL < <(python3 -c "from bench.gpu_servers import endpoints as e; print(*e(${CAPACITY:+False}))")
+  FLAGS=$(python3 -c "from bench.gpu_servers import endpoints as e; print(*e(${CAPACITY:+False}))")
+  read -ra MODEL <<<"$FLAGS"
 else
   MODEL=(--launch "${SERVE[@]}")
+  [ "${APP_DIR:-}" ] && LOGS=$PWD/$APP_DIR/logs  # --launch writes them in that checkout
 fi
 # APP_DIR=DIR: the app and benchmark of another checkout (e.g. a git archive of the revision
 # before), on the same servers and models
