@@ -95,7 +95,7 @@ if [ "${SERVERS:-}" = running ]; then
   read -ra MODEL <<<"$FLAGS"
 else
   MODEL=(--launch "${SERVE[@]}")
-  [ "${APP_DIR:-}" ] && LOGS=$PWD/$APP_DIR/logs  # --launch writes them in that checkout
+  if [ "${APP_DIR:-}" ]; then LOGS=$PWD/$APP_DIR/logs; fi  # --launch writes them there
 fi
 # APP_DIR=DIR: the app and benchmark of another checkout (e.g. a git archive of the revision
 # before), on the same servers and models
