@@ -7,7 +7,7 @@ ended. The app then measures and records the turn exactly as for the page
 
     with VoiceClient("http://127.0.0.1:7860/", auth=("me", "pw")) as client:
         reply = client.say(pcm16k)          # paced like a microphone, then silence
-        print(reply.events, reply.first_audio_ms - reply.last_frame_ms)
+        print(reply.events, reply.first_audio_ms - reply.stream_start_ms)  # ms from its start
         rows = client.export()
 
 An app at its `--max-sessions` refuses a new session: `open` raises `AgentBusy`, which says
@@ -39,14 +39,12 @@ def now_ms() -> float:
 LEAD_S = 0.3
 """Silence `say` sends before a clip, as a microphone picks up the room before the words."""
 
+
 @dataclass
 class Reply:
     turn: int = 0
     first_audio_ms: float | None = None
     """Client time the reply's first audio arrived."""
-    last_frame_ms: float = 0.0
-    """Client time of the last microphone frame sent with speech in it (0 while the reply
-    came before the clip's last frame was sent)."""
     stream_start_ms: float = 0.0
     """Client time of the first sample sent: sample n of the clip, with the `LEAD_S` of
     silence before it, went out at stream_start_ms + n / rate (the microphone's pace)."""
@@ -160,7 +158,7 @@ class VoiceClient:
         n = self._frame_samples
         spoken = [x[i:i + n].tobytes() for i in range(0, len(x) - n + 1, n)]
         quiet = np.zeros(n, "<i2").tobytes()
-        reply = Reply(last_frame_ms=0.0)
+        reply = Reply()
         deadline = time.monotonic() + timeout_s
         start = now_ms()
         reply.stream_start_ms = start
@@ -170,8 +168,6 @@ class VoiceClient:
             if self._drain(reply, wait_s=max(0.0, (due - now_ms()) / 1000)):
                 return reply
             self._send_frame(due, spoken[k] if k < len(spoken) else quiet)
-            if k == len(spoken) - 1:
-                reply.last_frame_ms = due
             k += 1
         raise TimeoutError(f"no reply within {timeout_s:.0f} s; events: {reply.events[-5:]}")
 

@@ -225,7 +225,7 @@ class Agent:
             if turn.cancel.is_set():
                 continue
             turn.stamp("tts_start")
-            text = piece.text
+            text = piece.text  # what the chunker cut: the model's words or a stand-in's
             try:
                 pcm, rate, engine, note = self.tts.synthesize(
                     text, language_of(text, default=default))
