@@ -43,6 +43,7 @@ LEAD_S = 0.3
 @dataclass
 class Reply:
     turn: int = 0
+    """The turn whose reply this is: the newest turn whose audio arrived."""
     first_audio_ms: float | None = None
     """Client time the reply's first audio arrived."""
     stream_start_ms: float = 0.0
@@ -52,6 +53,9 @@ class Reply:
     rate: int = 0
     events: list[dict] = field(default_factory=list)
     """Every text message the app sent meanwhile (commands, errors)."""
+    stopped: list[int] = field(default_factory=list)
+    """Turns whose reply the app stopped meanwhile (the clip's words went on over a reply
+    to its first part): their audio is not in `chunks`."""
 
     @property
     def audio(self) -> np.ndarray:
@@ -172,8 +176,10 @@ class VoiceClient:
         raise TimeoutError(f"no reply within {timeout_s:.0f} s; events: {reply.events[-5:]}")
 
     def _drain(self, reply: Reply, wait_s: float) -> bool:
-        """Read what arrives within `wait_s`; True once the reply's end came (and was
-        reported done)."""
+        """Read what arrives within `wait_s`, answering as the page's player does; True once
+        the reply's end came (and was reported done). A newer turn's audio makes it the
+        reply (the user's words went on after a pause that ended a turn: the app answers
+        the whole sentence as a new turn); a stop command is answered "stopped"."""
         until = time.monotonic() + wait_s
         while True:
             try:
@@ -182,19 +188,35 @@ class VoiceClient:
                 return False
             if isinstance(msg, bytes):
                 turn, _index, rate, _ = AUDIO_HEADER.unpack_from(msg)
-                if reply.first_audio_ms is None:
+                if turn in reply.stopped or turn < reply.turn:
+                    continue  # a stopped reply's audio still under way: dropped, as the page does
+                if turn != reply.turn:
                     reply.turn, reply.rate, reply.first_audio_ms = turn, rate, now_ms()
-                    self._ws.send(json.dumps({"type": "audible", "turn": turn,
-                                              "t_ms": reply.first_audio_ms,
-                                              "received_ms": reply.first_audio_ms}))
-                if turn == reply.turn:
-                    reply.chunks.append(np.frombuffer(msg, "<i2", offset=AUDIO_HEADER.size))
+                    reply.chunks = []
+                    self._report("audible", turn, received_ms=reply.first_audio_ms)
+                reply.chunks.append(np.frombuffer(msg, "<i2", offset=AUDIO_HEADER.size))
                 continue
             event = json.loads(msg)
-            if event.get("type") == "render":
+            kind = event.get("type")
+            if kind == "render":
                 continue  # the page's cue to fetch its view; a script has none
             reply.events.append(event)
-            if event.get("type") == "end" and event.get("turn") == reply.turn and reply.chunks:
-                self._ws.send(json.dumps({"type": "done", "turn": reply.turn, "t_ms": now_ms(),
-                                          "heard": [1.0] * len(reply.chunks)}))
+            if kind == "pause":  # silent at once (no speaker here)
+                self._report("paused", event["turn"], cause_ms=event.get("cause_ms"))
+            elif kind == "stop":
+                turn = event["turn"]
+                heard = [1.0] * len(reply.chunks) if turn == reply.turn else []
+                self._report("stopped", turn, cause_ms=event.get("cause_ms"), heard=heard)
+                reply.stopped.append(turn)
+                if turn == reply.turn:
+                    reply.turn, reply.first_audio_ms, reply.chunks = 0, None, []
+            elif kind == "end" and event.get("turn") == reply.turn and reply.chunks:
+                self._report("done", reply.turn, heard=[1.0] * len(reply.chunks))
                 return True
+
+    def _report(self, kind: str, turn: int, **fields) -> None:
+        """One of the player's reports (audible, paused, stopped, done), at this moment."""
+        t = fields.pop("received_ms", None) or now_ms()
+        if kind == "audible":
+            fields["received_ms"] = t
+        self._ws.send(json.dumps({"type": kind, "turn": turn, "t_ms": t, **fields}))

@@ -11,11 +11,15 @@ The app is started once as a user starts it (`python -m app ARGS`) and stays up 
 whole sweep. Each caller is an `app.client.VoiceClient` in a thread: it starts after a
 random 0-2 s, says `--turns` clips (the recorded English questions and piper-spoken ones of
 `bench.voice_turns`), and speaks again 1 s after each reply's last chunk. A caller the app
-turns away (`--max-sessions`: HTTP 503, `AgentBusy`) is counted as refused. Figures are the
+turns away (`--max-sessions`: HTTP 503, `AgentBusy`) is counted as refused; a clip with no
+reply in 120 s as unanswered. A clip can make more than one turn (a pause inside it that the
+end of turn took for the end, the rest said over the reply), so turns and clips are counted
+apart. Figures are the
 app's own records (`/agent/export` of each session): voice-to-voice, the end-of-turn wait,
 ASR, TTFT, first piece, TTS first audio, transport and the hand-offs, per N. On a host with
 `nvidia-smi`, the GPU's utilisation is sampled every second. Writes OUT/capacity.json and
-OUT/capacity.md (command, date, machine); prints the table.
+OUT/capacity.md (command, date, machine) after each N, so a sweep cut short keeps what it
+measured; prints the table.
 """
 
 from __future__ import annotations
@@ -95,14 +99,16 @@ def sweep_point(url: str, auth, said: list, n: int, turns: int) -> dict:
     with GpuSampler() as gpu:
         for t in threads:
             t.start()
+        deadline = t0 + turns * 150 + 60
         for t in threads:
-            t.join(timeout=turns * 150 + 60)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
     rows = [r for o in outs for r in o.get("rows", [])
             if r["endpoint"] == "primary" and r["source"] == "voice"]
     ok = [r for r in rows if not r["error"]]
     point = {"sessions": n, "turns_asked": n * turns, "answered": len(ok),
              "failed": len(rows) - len(ok),
              "timeouts": sum(o.get("timeouts", 0) for o in outs),
+             "callers_unfinished": sum(t.is_alive() for t in threads),
              "refused": sum(1 for o in outs if "refused" in o),
              "wall_s": round(time.monotonic() - t0, 1),
              "gpu_util_mean": round(sum(gpu.samples) / len(gpu.samples), 1)
@@ -120,15 +126,17 @@ def markdown(points: list[dict], command: str, machine_line: str) -> str:
     named = any(p.get("setting") for p in points)
     lines = [f"Measured {dt.date.today()} on {machine_line}; command: `{command}`.", "",
              ("| setting " if named else "") +
-             "| sessions | answered | refused | v2v p50 | v2v p90 | v2v max | eot wait p50 | "
+             "| sessions | turns answered / clips said | clips unanswered | refused | "
+             "v2v p50 | v2v p90 | v2v max | eot wait p50 | "
              "ASR done after speech p50 | TTFT p50 | TTS first audio p50 | transport p50 | "
              "hand-offs p50 | GPU util mean / max |",
-             ("|---" if named else "") + "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             ("|---" if named else "") + "|---" * 14 + "|"]
     for p in points:
         gpu = "–" if p["gpu_util_mean"] is None else f"{p['gpu_util_mean']} / {p['gpu_util_max']}"
         lines.append(
             (f"| {p['setting']} " if named else "") +
-            f"| {p['sessions']} | {p['answered']} of {p['turns_asked']} | {p['refused']} | "
+            f"| {p['sessions']} | {p['answered']} / {p['turns_asked']} | "
+            f"{p['timeouts'] + p.get('callers_unfinished', 0)} | {p['refused']} | "
             f"{p['v2v_ms']['p50']} | {p['v2v_ms']['p90']} | {p['v2v_ms']['max']} | "
             f"{p['eot_wait_ms']['p50']} | {p['asr_after_speech_ms']['p50']} | "
             f"{p['ttft_ms']['p50']} | {p['tts_first_audio_ms']['p50']} | "
@@ -145,8 +153,9 @@ def markdown(points: list[dict], command: str, machine_line: str) -> str:
 
 
 def sweep(app_args: list[str], name: str, n_list: list[int], turns: int, said: list,
-          out: Path, start_timeout: float) -> list[dict]:
-    """One app, started as a user starts it, swept over `n_list` callers."""
+          out: Path, start_timeout: float, done: list[dict], write) -> list[dict]:
+    """One app, started as a user starts it, swept over `n_list` callers; `write(points)`
+    after each N, with the points of the settings before (`done`)."""
     log = out / (f"app-{name}.log" if name else "app.log")
     app = AppServer(app_args, log_path=log).start()
     points = []
@@ -155,6 +164,7 @@ def sweep(app_args: list[str], name: str, n_list: list[int], turns: int, said: l
         for n in n_list:
             point = {"setting": name, **sweep_point(app.url, app.credentials, said, n, turns)}
             points.append(point)
+            write(done + points)
             print(f"{name + ': ' if name else ''}{n} sessions: {point['answered']} of "
                   f"{point['turns_asked']} answered, {point['refused']} refused, v2v p50 "
                   f"{point['v2v_ms']['p50']} ms, p90 {point['v2v_ms']['p90']} ms", flush=True)
@@ -186,18 +196,22 @@ def main() -> None:
     said = clips()
     settings = [("base" if args.setting else "", [])] + [
         (name, shlex.split(flags)) for name, _, flags in (x.partition("=") for x in args.setting)]
-    points = []
-    for name, extra in settings:
-        points += sweep([*app_args, *extra], name, n_list, args.turns, said, args.out,
-                        args.start_timeout)
     command = "python -m bench.capacity " + " ".join(sys.argv[1:])
     m = machine()
-    (args.out / "capacity.json").write_text(json.dumps(
-        {"date": str(dt.date.today()), "command": command, "machine": m, "points": points},
-        indent=1, ensure_ascii=False))
-    table = markdown(points, command, describe(m))
-    (args.out / "capacity.md").write_text(table)
-    print(table)
+
+    def write(points: list[dict]) -> str:
+        (args.out / "capacity.json").write_text(json.dumps(
+            {"date": str(dt.date.today()), "command": command, "machine": m, "points": points},
+            indent=1, ensure_ascii=False))
+        table = markdown(points, command, describe(m))
+        (args.out / "capacity.md").write_text(table)
+        return table
+
+    points: list[dict] = []
+    for name, extra in settings:
+        points += sweep([*app_args, *extra], name, n_list, args.turns, said, args.out,
+                        args.start_timeout, points, write)
+    print(write(points))
 
 
 if __name__ == "__main__":

