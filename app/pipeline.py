@@ -304,7 +304,10 @@ class Agent:
                    cancel.is_set(), ran_after_ms, retries)
         if last_try or not cancel.is_set():
             turn.rival_over(m)
-        session.touch()
+            # the page redraws its figures for a final record only: a try cut by the user's
+            # turn is sent again, and a redraw now would take the page's thread (on a small
+            # box, a core) while the user speaks and the reply comes
+            session.touch()
         return m
 
     def _fail(self, turn: Turn, stage: str, message: str) -> TurnMetrics:
