@@ -53,9 +53,18 @@ class Reply:
     rate: int = 0
     events: list[dict] = field(default_factory=list)
     """Every text message the app sent meanwhile (commands, errors)."""
+    ended: int = 0
+    """The turn whose end came (all its audio sent)."""
+    paused_at: float | None = None
+    """Client time the app paused the reply (its words are being checked), until resumed."""
     stopped: list[int] = field(default_factory=list)
     """Turns whose reply the app stopped meanwhile (the clip's words went on over a reply
     to its first part): their audio is not in `chunks`."""
+
+    @property
+    def duration_ms(self) -> float:
+        """How long the reply's audio so far plays."""
+        return sum(len(c) for c in self.chunks) * 1000.0 / self.rate if self.rate else 0.0
 
     @property
     def audio(self) -> np.ndarray:
@@ -149,39 +158,58 @@ class VoiceClient:
         self._ws.send(FRAME_HEADER.pack(captured_ms, self._seq, self.rate) + pcm)
         self._seq += 1
 
-    def say(self, speech16k: np.ndarray, timeout_s: float = 90.0) -> Reply:
+    def say(self, speech16k: np.ndarray, timeout_s: float = 90.0,
+            over: np.ndarray | None = None) -> Reply:
         """Speak at the microphone's pace, then go on sending silence (as a microphone does:
         a hold for open words needs up to 2 s of it) until the reply's end; return the reply.
         Between frames, spoken or silent, the client waits on the socket, so a reply chunk
         is taken the moment it arrives, as the page's player takes it: also while the
         clip's own trailing sound is still being sent (read only after it, a reply ready
-        early looked 100-250 ms late)."""
-        lead = np.zeros(int(LEAD_S * RATE), np.float32)
-        x = (resample(np.concatenate([lead, speech16k.astype(np.float32)]), RATE, self.rate)
-             * 32767).astype("<i2")
+        early looked 100-250 ms late). `over`: words said over the reply once its first
+        audio came (a barge-in); the replies then play at their own pace, as from a
+        speaker (the player reports "done" when a reply's audio would have played out, not
+        when its last chunk came), the reply returned is the one to those words, and
+        `Reply.stopped` names the turn they stopped."""
         n = self._frame_samples
-        spoken = [x[i:i + n].tobytes() for i in range(0, len(x) - n + 1, n)]
+        spoken = self._frames(speech16k, lead_s=LEAD_S)
         quiet = np.zeros(n, "<i2").tobytes()
         reply = Reply()
         deadline = time.monotonic() + timeout_s
         start = now_ms()
         reply.stream_start_ms = start
         k = 0
+        paced = over is not None
         while time.monotonic() < deadline:
             due = start + (k + 1) * FRAME_MS
-            if self._drain(reply, wait_s=max(0.0, (due - now_ms()) / 1000)):
+            if self._drain(reply, wait_s=max(0.0, (due - now_ms()) / 1000), paced=paced):
                 return reply
+            if over is not None and reply.first_audio_ms is not None and k >= len(spoken):
+                spoken, over = spoken[:k] + self._frames(over), None  # from the next frame
             self._send_frame(due, spoken[k] if k < len(spoken) else quiet)
             k += 1
         raise TimeoutError(f"no reply within {timeout_s:.0f} s; events: {reply.events[-5:]}")
 
-    def _drain(self, reply: Reply, wait_s: float) -> bool:
+    def _frames(self, speech16k: np.ndarray, lead_s: float = 0.0) -> list[bytes]:
+        """16 kHz float speech as the microphone's frames, after `lead_s` of silence."""
+        lead = np.zeros(int(lead_s * RATE), np.float32)
+        x = (resample(np.concatenate([lead, speech16k.astype(np.float32)]), RATE, self.rate)
+             * 32767).astype("<i2")
+        n = self._frame_samples
+        return [x[i:i + n].tobytes() for i in range(0, len(x) - n + 1, n)]
+
+    def _drain(self, reply: Reply, wait_s: float, paced: bool = False) -> bool:
         """Read what arrives within `wait_s`, answering as the page's player does; True once
         the reply's end came (and was reported done). A newer turn's audio makes it the
         reply (the user's words went on after a pause that ended a turn: the app answers
-        the whole sentence as a new turn); a stop command is answered "stopped"."""
+        the whole sentence as a new turn); a stop command is answered "stopped". `paced`:
+        the reply is done once its audio would have played out after its first chunk."""
         until = time.monotonic() + wait_s
         while True:
+            if reply.ended == reply.turn and reply.turn and (not paced or (
+                    reply.paused_at is None
+                    and now_ms() >= reply.first_audio_ms + reply.duration_ms)):
+                self._report("done", reply.turn, heard=[1.0] * len(reply.chunks))
+                return True
             try:
                 msg = self._ws.recv(timeout=max(0.0, until - time.monotonic()))
             except TimeoutError:
@@ -201,8 +229,14 @@ class VoiceClient:
             if kind == "render":
                 continue  # the page's cue to fetch its view; a script has none
             reply.events.append(event)
-            if kind == "pause":  # silent at once (no speaker here)
+            if kind == "pause":  # silent at once (no speaker here); the clock stops
                 self._report("paused", event["turn"], cause_ms=event.get("cause_ms"))
+                if event["turn"] == reply.turn and reply.paused_at is None:
+                    reply.paused_at = now_ms()
+            elif kind == "resume":
+                if event["turn"] == reply.turn and reply.paused_at is not None:
+                    reply.first_audio_ms += now_ms() - reply.paused_at  # plays on from there
+                reply.paused_at = None
             elif kind == "stop":
                 turn = event["turn"]
                 heard = [1.0] * len(reply.chunks) if turn == reply.turn else []
@@ -210,9 +244,9 @@ class VoiceClient:
                 reply.stopped.append(turn)
                 if turn == reply.turn:
                     reply.turn, reply.first_audio_ms, reply.chunks = 0, None, []
+                    reply.paused_at = None
             elif kind == "end" and event.get("turn") == reply.turn and reply.chunks:
-                self._report("done", reply.turn, heard=[1.0] * len(reply.chunks))
-                return True
+                reply.ended = reply.turn
 
     def _report(self, kind: str, turn: int, **fields) -> None:
         """One of the player's reports (audible, paused, stopped, done), at this moment."""

@@ -99,6 +99,9 @@ class TurnMetrics:
     error_stage: str = ""
     """Stage that failed this turn ("asr", "llm", "tts", "input"), empty when none failed."""
     error: str = ""
+    final: bool = False
+    """Nothing will change this record any more (the chain is over and the player said
+    what it played; an anchor's: its last try ran): the page draws it then, once."""
 
     def to_dict(self) -> dict:
         return asdict(self)

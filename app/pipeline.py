@@ -303,11 +303,7 @@ class Agent:
         fill_rival(m, stats, self.server_views.after(endpoint, before), error,
                    cancel.is_set(), ran_after_ms, retries)
         if last_try or not cancel.is_set():
-            turn.rival_over(m)
-            # the page redraws its figures for a final record only: a try cut by the user's
-            # turn is sent again, and a redraw now would take the page's thread (on a small
-            # box, a core) while the user speaks and the reply comes
-            session.touch()
+            turn.rival_over(m)  # final: the page draws it (a cut try is sent again later)
         return m
 
     def _fail(self, turn: Turn, stage: str, message: str) -> TurnMetrics:

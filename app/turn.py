@@ -339,6 +339,9 @@ class Turn:
 
     def rival_over(self, m: TurnMetrics) -> None:
         """An anchor's request for this turn ran its last try: its record `m` is final."""
+        with self.session.lock:
+            m.final = True
+        self.session.touch()  # the page draws it now
         if self.on_final is not None:
             self.on_final(m)
 
@@ -347,6 +350,9 @@ class Turn:
             shown = any(r is self.metrics for r in self.session.metrics)
             final = self._chain_over and self._player_over and shown and not self._final
             self._final = self._final or final
+            self.metrics.final = self._final
+        if final:
+            self.session.touch()  # the page draws it now
         if final and self.on_final is not None:
             self.on_final(self.metrics)
 

@@ -134,7 +134,9 @@ class VoiceUi:
         with session.lock:
             session.rendered = session.version
             chat = [dict(c) for c in session.chat]
-            rows = list(session.metrics)
+            # the figures take a turn's record once it is final, so the page redraws them
+            # once per record, after the reply, not while the user speaks or waits for it
+            rows = [r for r in session.metrics if r.final]
             status = session.status
         shown = [chat, f"**{status}**", figures_html(rows), medians_markdown(rows),
                  turns_table(rows), *pictures(rows)]

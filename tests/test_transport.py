@@ -53,3 +53,22 @@ def test_only_issued_session_ids_are_served(app_url):
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(app_url + "agent/export/made-up-by-the-client.json", timeout=10)
     assert err.value.code == 404
+
+
+def test_words_over_the_reply_stop_it_and_get_their_own(app_url):
+    """A script that talks over the reply is answered as the page is: the app stops the
+    first reply, the client reports it stopped (with the cause, so the record has its
+    interrupt-to-silence), and the words said over it get a reply of their own."""
+    first, _ = sf.read(ASSETS / "en_joke.wav", dtype="float32")
+    over, _ = sf.read(ASSETS / "en_capital.wav", dtype="float32")
+    with VoiceClient(app_url) as client:
+        reply = client.say(first, over=over, timeout_s=120)
+        rows = client.export()
+    assert len(reply.stopped) == 1 and reply.turn > reply.stopped[0], reply.events
+    assert {"type": "stop", "turn": reply.stopped[0]}.items() <= \
+        next(e for e in reply.events if e["type"] == "stop").items()
+    assert np.abs(reply.audio).max() > 1000
+    mine = {r["turn_id"]: r for r in rows if r["endpoint"] == "primary"}
+    cut, answer = mine[reply.stopped[0]], mine[reply.turn]
+    assert cut["cancelled"] and cut["interrupt_ms"] is not None and cut["interrupt_ms"] >= 0
+    assert not answer["error"] and not answer["cancelled"], answer
