@@ -58,6 +58,7 @@ from app.messages import (
     RATE,
     AudioReady,
     EndOfTurn,
+    MicBytes,
     MicFrame,
     PlayerReport,
     Transcript,
@@ -129,7 +130,7 @@ commits at this much silence."""
 TICK = "tick"
 TICK_S = 0.1
 CLOSED = "closed"
-Item = MicFrame | PlayerReport | EndOfTurn | AudioReady | AbJob | AbDone | str
+Item = MicBytes | MicFrame | PlayerReport | EndOfTurn | AudioReady | AbJob | AbDone | str
 JOIN_MAX_S = 20.0
 """A continuation joins at most this much earlier audio: a story told sentence by sentence
 is not transcribed again from its start at every pause."""
@@ -138,8 +139,11 @@ is not transcribed again from its start at every pause."""
 class Listener:
     """A session's turn-taking thread: frames, reports and verdicts in, decisions out."""
 
-    def __init__(self, session: Session, handle) -> None:  # Conversation.handle
-        self.session, self._handle = session, handle
+    def __init__(self, session: Session, handle,  # Conversation.handle
+                 decode: Callable[[MicBytes], MicFrame] | None = None) -> None:
+        """`decode`: a socket's microphone messages (`MicBytes`) into frames, here, so the
+        event loop only moves bytes; one it refuses is answered with an error message."""
+        self.session, self._handle, self._decode = session, handle, decode
         self.items: queue.Queue = queue.Queue(maxsize=1000)  # 20 s of frames
         self.thread = threading.Thread(target=self._run, daemon=True,
                                        name=f"turns-{session.sid[:8]}")
@@ -161,6 +165,12 @@ class Listener:
                 item = self.items.get(timeout=TICK_S)
             except queue.Empty:
                 item = TICK  # no frames (the microphone is off): the A/B may still be due
+            if isinstance(item, MicBytes):
+                try:
+                    item = self._decode(item)
+                except ValueError as exc:  # said to the page; the frames after it go on
+                    self.session.send_event({"type": "error", "message": str(exc)})
+                    continue
             try:
                 self._handle(self.session, item)
             except Exception:  # a bug here must not silence the microphone for good
@@ -187,9 +197,10 @@ class Conversation:
                 AnchorQueue(self.agent, session, lambda done: self._post(session, done)))
         return floor
 
-    def open(self, session: Session) -> Listener:
-        """The page's audio channel opened: its turn-taking thread."""
-        listener = self._listeners[session.sid] = Listener(session, self.handle)
+    def open(self, session: Session,
+             decode: Callable[[MicBytes], MicFrame] | None = None) -> Listener:
+        """The page's audio channel opened: its turn-taking thread (`decode`: Listener's)."""
+        listener = self._listeners[session.sid] = Listener(session, self.handle, decode)
         return listener
 
     def handle(self, session: Session, item: Item) -> None:

@@ -20,6 +20,16 @@ Signal = Literal["words", "model", "audio", "fixed"]
 
 
 @dataclass(frozen=True)
+class MicBytes:
+    """A microphone message as it came off the socket (app/wire.py's frame), decoded into a
+    `MicFrame` on the session's turn-taking thread, not on the event loop."""
+
+    data: bytes = field(repr=False)
+    arrived: float
+    """Server time the message arrived."""
+
+
+@dataclass(frozen=True)
 class MicFrame:
     """At most 40 ms of microphone audio, resampled to 16 kHz mono float32."""
 

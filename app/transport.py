@@ -1,10 +1,11 @@
 """The page's audio channel on the server: one WebSocket per page, both directions (the
 messages: app/wire.py).
 
-Frames are resampled to 16 kHz by soxr's streaming resampler (continuous across frames,
-no aliasing) and handed to the session's listener thread, which runs the endpointer and
-turn-taking off the event loop (app/conversation.py `Listener`): the player's reports go on
-the same queue, so turn-taking sees frames and reports in the order they came.
+The event loop only moves bytes: each microphone message goes as it came to the session's
+listener thread (app/conversation.py `Listener`), which decodes it (resampled to 16 kHz by
+soxr's streaming resampler, continuous across frames, no aliasing) and runs the endpointer
+and turn-taking; the player's reports go on the same queue, so turn-taking sees frames and
+reports in the order they came.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 
 import numpy as np
 
-from app.messages import RATE, MicFrame, PlayerReport
+from app.messages import RATE, MicBytes, MicFrame, PlayerReport
 from app.session import Session
 from app.wire import FRAME_HEADER, Outbox
 
@@ -31,7 +32,8 @@ class FrameDecoder:
         self._resampler = None
         self._rate = 0
 
-    def decode(self, data: bytes, arrived: float) -> MicFrame:
+    def decode(self, msg: MicBytes) -> MicFrame:
+        data = msg.data
         if len(data) < FRAME_HEADER.size + 2 or (len(data) - FRAME_HEADER.size) % 2:
             raise ValueError("malformed microphone frame")
         captured_ms, seq, rate = FRAME_HEADER.unpack_from(data)
@@ -42,7 +44,7 @@ class FrameDecoder:
         x = pcm.astype(np.float32) / 32768.0
         if rate != RATE:
             x = self._resample(x, rate)
-        return MicFrame(seq, x, captured_ms, arrived)
+        return MicFrame(seq, x, captured_ms, msg.arrived)
 
     def _resample(self, x: np.ndarray, rate: int) -> np.ndarray:
         import soxr
@@ -74,8 +76,8 @@ async def serve_socket(ws, session: Session, conversation) -> None:
 
     outbox = Outbox(asyncio.get_running_loop())
     session.outbox = outbox
-    decoder = FrameDecoder()
-    listener = conversation.open(session)  # frames and reports go to its one thread
+    # frames (decoded there) and reports go to its one thread
+    listener = conversation.open(session, FrameDecoder().decode)
 
     async def writer() -> None:
         while True:
@@ -97,10 +99,7 @@ async def serve_socket(ws, session: Session, conversation) -> None:
             if msg.get("type") == "websocket.disconnect":
                 break
             if msg.get("bytes") is not None:
-                try:
-                    listener.put(decoder.decode(msg["bytes"], time.perf_counter()))
-                except ValueError as exc:
-                    await ws.send_text(json.dumps({"type": "error", "message": str(exc)}))
+                listener.put(MicBytes(msg["bytes"], time.perf_counter()))
             elif msg.get("text") is not None:
                 _on_text(msg["text"], session, listener)
     except WebSocketDisconnect:

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from app.audio import AudioInputError, check_length, resample, rms_dbfs
+from app.messages import MicBytes
 from app.transport import FrameDecoder
 from app.wire import FRAME_HEADER
 
@@ -34,7 +35,7 @@ def test_microphone_frames_resample_continuously():
     rate, n = 48000, 960
     x = (np.sin(2 * np.pi * 300 * np.arange(rate) / rate) * 16000).astype(np.int16)
     decoder = FrameDecoder()
-    frames = [decoder.decode(frame(x[i:i + n], i // n, rate, i / 48.0), 0.0)
+    frames = [decoder.decode(MicBytes(frame(x[i:i + n], i // n, rate, i / 48.0), 0.0))
               for i in range(0, len(x), n)]
     assert [f.seq for f in frames] == list(range(50))
     assert frames[-1].captured_ms == pytest.approx((len(x) - n) / 48.0)
@@ -50,7 +51,7 @@ def test_microphone_frames_resample_continuously():
     # and a 12 kHz tone through the stream is gone too
     tone = (np.sin(2 * np.pi * 12000 * np.arange(rate) / rate) * 16000).astype(np.int16)
     decoder = FrameDecoder()
-    out = np.concatenate([decoder.decode(frame(tone[i:i + n], 0, rate, 0.0), 0.0).pcm
+    out = np.concatenate([decoder.decode(MicBytes(frame(tone[i:i + n], 0, rate, 0.0), 0.0)).pcm
                           for i in range(0, len(tone), n)])
     assert rms_dbfs(out[1000:-1000]) < -100
 
@@ -58,11 +59,11 @@ def test_microphone_frames_resample_continuously():
 def test_malformed_frames_are_refused():
     decoder = FrameDecoder()
     with pytest.raises(ValueError, match="malformed"):
-        decoder.decode(b"\x00" * 5, 0.0)
+        decoder.decode(MicBytes(b"\x00" * 5, 0.0))
     with pytest.raises(ValueError, match="at most 40 ms"):
-        decoder.decode(frame(np.zeros(48000, np.int16), 0, 48000, 0.0), 0.0)
+        decoder.decode(MicBytes(frame(np.zeros(48000, np.int16), 0, 48000, 0.0), 0.0))
     with pytest.raises(ValueError, match="at most 40 ms"):
-        decoder.decode(frame(np.zeros(10, np.int16), 0, 1000, 0.0), 0.0)
+        decoder.decode(MicBytes(frame(np.zeros(10, np.int16), 0, 1000, 0.0), 0.0))
 
 
 def test_length_limits():
