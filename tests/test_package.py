@@ -11,7 +11,7 @@ from tests.conftest import ROOT
 
 
 @pytest.mark.parametrize("module", ["app", "bench.voice_to_voice", "bench.voice_turns",
-                                    "bench.asr", "bench.ab", "bench.capacity",
+                                    "bench.asr", "bench.asr_batch", "bench.ab", "bench.capacity",
                                     "bench.page_cost"])
 def test_modules_run_from_any_directory(module, tmp_path):
     out = subprocess.run([sys.executable, "-m", module, "--help"], cwd=tmp_path,
