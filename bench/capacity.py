@@ -39,9 +39,12 @@ from pathlib import Path
 from app.client import AgentBusy, VoiceClient
 from app.launch import ROOT, AppServer
 from app.machine import describe, machine
-from app.metrics import percentile
+from app.metrics import STAGES, percentile
 from bench.voice_turns import clips
 
+STAMPS = [*STAGES, "received"]
+"""The records' timeline: each stamp's median moment after the last voiced frame (the gaps
+between them are the queue waits and the stages)."""
 FIGURES = ["v2v_ms", "eot_wait_ms", "asr_ms", "asr_after_speech_ms", "ttft_ms",
            "first_piece_ms", "tts_first_audio_ms", "transport_ms", "handoff_ms"]
 
@@ -118,6 +121,9 @@ def sweep_point(url: str, auth, said: list, n: int, turns: int) -> dict:
         values = [r[f] for r in ok if r.get(f) is not None]
         point[f] = {"p50": percentile(values, 50), "p90": percentile(values, 90),
                     "max": max(values) if values else None}
+    point["timeline_p50"] = {k: percentile([r["timeline"][k] for r in ok
+                                             if (r.get("timeline") or {}).get(k) is not None],
+                                            50) for k in STAMPS}
     point["rows"] = rows
     return point
 
@@ -141,6 +147,14 @@ def markdown(points: list[dict], command: str, machine_line: str) -> str:
             f"{p['eot_wait_ms']['p50']} | {p['asr_after_speech_ms']['p50']} | "
             f"{p['ttft_ms']['p50']} | {p['tts_first_audio_ms']['p50']} | "
             f"{p['transport_ms']['p50']} | {p['handoff_ms']['p50']} | {gpu} |")
+    lines += ["", "Where the median turn's time goes: each stamp's p50, ms after the last "
+              "voiced frame (`timeline` of the records).", "",
+              ("| setting " if named else "") + "| sessions | " + " | ".join(STAMPS) + " |",
+              ("|---" if named else "") + "|---" * (len(STAMPS) + 1) + "|"]
+    for p in points:
+        t = p.get("timeline_p50") or {}
+        lines.append((f"| {p['setting']} " if named else "") + f"| {p['sessions']} | " +
+                     " | ".join(str(t.get(k, "–")) for k in STAMPS) + " |")
     if named:  # each setting's v2v p50 against the first's, at the same N
         first = points[0]["setting"]
         base = {p["sessions"]: p["v2v_ms"]["p50"] for p in points if p["setting"] == first}
