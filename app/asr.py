@@ -65,8 +65,8 @@ class Asr:
         self._worker: ThreadPoolExecutor | None = None
         self._pending: list[_Request] = []
         self._lock = threading.Lock()
-        self.batches: list[int] = []
-        """The size of each batch run (for the benchmark and tests)."""
+        self.largest_batch = 0
+        """The most requests decoded as one batch so far (0: none were)."""
         self.warmup_ms: float | None = None
         """Time of the warm-up decode at setup (the first decode's one-off cost)."""
 
@@ -122,9 +122,9 @@ class Asr:
     def _run_pending(self) -> None:
         """On the worker: every request waiting now, short windows of one language as one
         batch, the rest one by one."""
+        most = max(1, self.cfg.batch)
         with self._lock:
-            taken, self._pending = self._pending[:max(1, self.cfg.batch)], \
-                self._pending[max(1, self.cfg.batch):]
+            taken, self._pending = self._pending[:most], self._pending[most:]
         if not taken:
             return
         t0 = time.perf_counter()
@@ -134,20 +134,23 @@ class Asr:
             lang = {self._language(r) for r in batch}
             if len(batch) > 1 and len(lang) == 1:
                 alone = [r for r in taken if r not in batch]
+                # _batchable: a known language, or an English-only model
+                lang = lang.pop() if self.model.model.is_multilingual else "en"
                 try:
-                    results = self._decode_batch(self.model, [r.audio for r in batch],
-                                                 lang.pop())
+                    results = self._generate(
+                        self.model, self._encode(self.model, [r.audio for r in batch]),
+                        len(batch), lang, max(len(r.audio) for r in batch) / RATE)
                 except Exception as exc:  # each caller hears of it, the worker goes on
                     for r in batch:
                         r.done.set_exception(exc)
                     results = []  # none to zip: each has its exception
                 t1 = time.perf_counter()
-                self.batches.append(len(batch))
-                for r, (text, detected, score) in zip(batch, results, strict=False):
-                    if text is None or repeated(text):  # a warmer decode, or the 30 s path
+                self.largest_batch = max(self.largest_batch, len(batch))
+                for r, (text, score, loops) in zip(batch, results, strict=False):
+                    if loops or repeated(text):  # a warmer decode, or the 30 s path
                         alone.append(r)
                     else:
-                        r.done.set_result(Transcript(r.turn_id, text, detected, t0, t1, score))
+                        r.done.set_result(Transcript(r.turn_id, text, lang, t0, t1, score))
         for r in alone:
             try:
                 r.done.set_result(self._transcribe(r.turn_id, r.audio, r.language))
@@ -195,94 +198,69 @@ class Asr:
             detected = info.language
         return Transcript(turn_id, text, detected, t0, time.perf_counter(), score)
 
-    def _encode(self, model, audio: np.ndarray):  # CTranslate2 types
-        """The encoder output of `window_s` of mel frames (not Whisper's padded 30 s)."""
+    def _encode(self, model, clips: list[np.ndarray]):  # CTranslate2 types
+        """The encoder output of `window_s` of mel frames of each clip (not Whisper's padded
+        30 s), as one batch."""
         import ctranslate2
 
         frames = int(min(self.cfg.window_s, 30.0) * 100)
-        mel = window_mel(model.feature_extractor, audio, frames)
-        features = ctranslate2.StorageView.from_array(
-            np.ascontiguousarray(mel[None].astype(np.float32)))
+        mel = np.stack([window_mel(model.feature_extractor, a, frames) for a in clips])
+        features = ctranslate2.StorageView.from_array(np.ascontiguousarray(
+            mel.astype(np.float32)))
         return model.model.encode(features, to_cpu=False)
 
     def _detect(self, audio: np.ndarray) -> str:
         """The language of `audio` by the multilingual detector ("en", "zh", ...)."""
-        encoded = self._encode(self.detector, audio)
+        encoded = self._encode(self.detector, [audio])
         return self.detector.model.detect_language(encoded)[0][0][0][2:-2]
 
-    def _decode_batch(self, model, clips: list[np.ndarray],
-                      lang: str) -> list[tuple[str | None, str, float]]:
-        """Short windows of one language encoded and decoded greedily together: (text,
-        language, mean log-probability) each; text None where it loops (it is decoded again
-        alone, warmer, as `_decode_window` does)."""
-        import ctranslate2
-        from faster_whisper.tokenizer import Tokenizer
-        from faster_whisper.transcribe import get_suppressed_tokens
-
-        whisper = model.model
-        lang = "en" if not whisper.is_multilingual or lang == "auto" else lang
-        frames = int(min(self.cfg.window_s, 30.0) * 100)
-        mel = np.stack([window_mel(model.feature_extractor, a, frames) for a in clips])
-        encoded = whisper.encode(ctranslate2.StorageView.from_array(
-            np.ascontiguousarray(mel.astype(np.float32))), to_cpu=False)
-        tok = Tokenizer(model.hf_tokenizer, whisper.is_multilingual, task="transcribe",
-                        language=lang)
-        prompt = self._prompt(tok, lang, whisper.is_multilingual)
-        longest = max(len(a) for a in clips) / RATE
-        results = whisper.generate(encoded, [prompt] * len(clips),
-                                   max_length=len(prompt) + int(16 + 8 * longest),
-                                   beam_size=self.cfg.beam_size, suppress_blank=True,
-                                   return_scores=True, return_no_speech_prob=True,
-                                   suppress_tokens=get_suppressed_tokens(tok, [-1]))
-        out: list[tuple[str | None, str, float]] = []
-        for result in results:
-            if result.no_speech_prob >= NO_SPEECH:
-                out.append(("", lang, 0.0))
-                continue
-            text = tok.decode(result.sequences_ids[0]).strip()
-            out.append((text if compression_ratio(text) <= MAX_COMPRESSION else None, lang,
-                        result.scores[0]))
-        return out
-
-    @staticmethod
-    def _prompt(tok, lang: str, multilingual: bool) -> list[int]:
-        prompt = [*tok.sot_sequence, tok.no_timestamps]
-        if lang == "zh" and multilingual:  # simplified characters for Mandarin
-            prompt = [tok.sot_prev, *tok.encode(" " + _ZH_PROMPT), *prompt]
-        return prompt
-
-    def _decode_window(self, model, audio: np.ndarray,
-                       lang: str) -> tuple[str, str, float]:
-        """Encode only `window_s` of mel frames, then decode greedily (or by beam):
-        (text, language, the decoder's mean log-probability per token)."""
+    def _generate(self, model, encoded, count: int, lang: str, seconds: float,
+                  temperature: float = 0.0) -> list[tuple[str, float, bool]]:
+        """One decode of `count` encoded windows in `lang`, greedy (or by beam) at
+        temperature 0, else sampled: (text, the decoder's mean log-probability per token,
+        whether the text loops) each; ("", 0.0, False) where no one speaks."""
         from faster_whisper.tokenizer import Tokenizer
         from faster_whisper.transcribe import get_suppressed_tokens
 
         whisper = model.model  # ctranslate2.models.Whisper
-        encoded = self._encode(model, audio)
+        tok = Tokenizer(model.hf_tokenizer, whisper.is_multilingual, task="transcribe",
+                        language=lang)
+        prompt = [*tok.sot_sequence, tok.no_timestamps]
+        if lang == "zh" and whisper.is_multilingual:  # simplified characters for Mandarin
+            prompt = [tok.sot_prev, *tok.encode(" " + _ZH_PROMPT), *prompt]
+        options = {"beam_size": self.cfg.beam_size} if temperature == 0 else \
+            {"beam_size": 1, "sampling_topk": 0, "sampling_temperature": temperature}
+        # a spoken turn holds at most ~5 tokens a second: a loop cannot run on
+        results = whisper.generate(encoded, [prompt] * count,
+                                   max_length=len(prompt) + int(16 + 8 * seconds),
+                                   suppress_blank=True, return_scores=True,
+                                   suppress_tokens=get_suppressed_tokens(tok, [-1]),
+                                   return_no_speech_prob=True, **options)
+        out = []
+        for result in results:
+            if result.no_speech_prob >= NO_SPEECH:
+                out.append(("", 0.0, False))
+                continue
+            text = tok.decode(result.sequences_ids[0]).strip()
+            out.append((text, result.scores[0], compression_ratio(text) > MAX_COMPRESSION))
+        return out
+
+    def _decode_window(self, model, audio: np.ndarray,
+                       lang: str) -> tuple[str, str, float]:
+        """Encode only `window_s` of mel frames, then decode greedily (or by beam), warmer
+        while the text loops: (text, language, the decoder's mean log-probability)."""
+        whisper = model.model
+        encoded = self._encode(model, [audio])
         if not whisper.is_multilingual:
             lang = "en"
         elif lang == "auto":
             lang = whisper.detect_language(encoded)[0][0][0][2:-2]  # "<|zh|>" -> "zh"
-        tok = Tokenizer(model.hf_tokenizer, whisper.is_multilingual, task="transcribe",
-                        language=lang)
-        prompt = self._prompt(tok, lang, whisper.is_multilingual)
-        # a spoken turn holds at most ~5 tokens a second: a loop cannot run on
-        max_length = len(prompt) + int(16 + 8 * len(audio) / RATE)
-        text = ""
         for temperature in TEMPERATURES:  # faster-whisper's fallback, as `transcribe` does
-            options = {"beam_size": self.cfg.beam_size} if temperature == 0 else \
-                {"beam_size": 1, "sampling_topk": 0, "sampling_temperature": temperature}
-            result = whisper.generate(encoded, [prompt], max_length=max_length,
-                                      suppress_blank=True, return_scores=True,
-                                      suppress_tokens=get_suppressed_tokens(tok, [-1]),
-                                      return_no_speech_prob=True, **options)[0]
-            if result.no_speech_prob >= NO_SPEECH:
-                return "", lang, 0.0
-            text = tok.decode(result.sequences_ids[0]).strip()
-            if compression_ratio(text) <= MAX_COMPRESSION:
+            text, score, loops = self._generate(model, encoded, 1, lang, len(audio) / RATE,
+                                                temperature)[0]
+            if not loops:
                 break
-        return text, lang, result.scores[0]
+        return text, lang, score
 
 
 def window_mel(fe, audio: np.ndarray, frames: int) -> np.ndarray:
