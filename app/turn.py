@@ -74,7 +74,6 @@ class Turn:
     _to_page: bool = False
     """Audio or an "end" went to a page: its player will report "done" or "stopped"."""
     _player_over: bool = False
-    _final: bool = False
 
     @property
     def turn_id(self) -> int:
@@ -348,13 +347,12 @@ class Turn:
     def _settle(self) -> None:
         with self.session.lock:  # a record the session shows: not a dropped speculation
             shown = any(r is self.metrics for r in self.session.metrics)
-            final = self._chain_over and self._player_over and shown and not self._final
-            self._final = self._final or final
-            self.metrics.final = self._final
+            final = self._chain_over and self._player_over and shown and not self.metrics.final
+            self.metrics.final = self.metrics.final or final
         if final:
             self.session.touch()  # the page draws it now
-        if final and self.on_final is not None:
-            self.on_final(self.metrics)
+            if self.on_final is not None:
+                self.on_final(self.metrics)
 
 
 def heard_text(pieces: dict[int, str], heard: tuple[float, ...]) -> str:
