@@ -49,6 +49,10 @@ def test_typed_turn_plays_audio_and_shows_figures(app_url, page_for):
     page.press("#va-text textarea", "Enter")
     v2v = v2v_filled(page)
     assert v2v > 0
+    # the figures are drawn once the turn's record is final: its reply has played out and
+    # the player has said so, not while it still plays
+    done = page.evaluate("() => Object.values(window.voiceAgent.turns).map(t => !!t.reported)")
+    assert done and all(done), done
     player = page.evaluate("() => ({chunks: window.voiceAgent.chunks, "
                            "played: Object.keys(window.voiceAgent.played).length, "
                            "output: window.voiceAgent.output})")
