@@ -8,7 +8,9 @@ import logging
 import os
 import signal
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from app.config import ROOT, AppConfig, AsrConfig, from_args, parse
 from app.launch import (
@@ -118,6 +120,7 @@ def notice(cfg: AppConfig) -> str:
 def run_workers(args: argparse.Namespace, argv: list[str], servers: list[VllmServer]) -> None:
     """`--workers N`: the app N times behind HAProxy (app/workers.py), on the servers started
     here, until Ctrl-C."""
+    from app.asrhost import AsrHost
     from app.workers import Workers
 
     cfg = from_args(args)  # the flags' errors once, here, not N times in the workers' logs
@@ -125,10 +128,17 @@ def run_workers(args: argparse.Namespace, argv: list[str], servers: list[VllmSer
     if cfg.anchor is not None:
         endpoints |= {"--anchor-base-url": cfg.anchor.base_url,
                       "--anchor-model": cfg.anchor.model}
+    folder = tempfile.TemporaryDirectory(prefix="voice-agent-asr-")
+    asr = AsrHost(cfg.asr, Path(folder.name))
+    endpoints["--asr-host"] = asr.address
     workers = Workers(argv, args.workers, cfg.host, cfg.port, cfg.max_sessions, cfg.cpus,
                       endpoints, auth=cfg.auth, ssl_certfile=cfg.ssl_certfile,
                       ssl_keyfile=cfg.ssl_keyfile)
     try:
+        print("Loading the ASR all workers share ...", flush=True)
+        asr.start()
+        print(f"ASR ready (warm-up decode {asr.asr.warmup_ms:,.0f} ms, paid at start)",
+              flush=True)
         with ThreadPoolExecutor() as pool:
             list(pool.map(lambda s: s.wait_healthy(), servers))
         workers.start()
@@ -138,6 +148,8 @@ def run_workers(args: argparse.Namespace, argv: list[str], servers: list[VllmSer
         workers.supervise()
     finally:
         workers.stop()
+        asr.stop()
+        folder.cleanup()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -170,8 +182,8 @@ def main(argv: list[str] | None = None) -> None:
         agent = Agent(cfg)
         print("Loading speech models ...", flush=True)
         agent.setup()
-        print(f"ASR ready (warm-up decode {agent.asr.warmup_ms:,.0f} ms, paid at start)",
-              flush=True)
+        print(f"ASR ready (warm-up decode {agent.asr.warmup_ms:,.0f} ms, paid at start"
+              + (", the parent's, shared by all workers)" if cfg.asr.host else ")"), flush=True)
         with ThreadPoolExecutor() as pool:
             list(pool.map(lambda s: s.wait_healthy(), servers))
         for ep in filter(None, (cfg.primary, cfg.anchor)):

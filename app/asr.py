@@ -29,6 +29,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -45,6 +46,18 @@ NO_SPEECH = 0.8  # a transcript whose no-speech probability is higher is dropped
 TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 MAX_COMPRESSION = 2.4
 UNSURE = -0.6  # mean token log-probability under which an English-only model is unsure
+
+
+class Transcriber(Protocol):
+    """Speech to text as the turns use it: this process's `Asr`, or a worker's
+    `app.asrhost.RemoteAsr` (the parent's, shared by all workers)."""
+
+    warmup_ms: float | None
+
+    def setup(self) -> None: ...
+
+    def process(self, turn_id: int, audio: np.ndarray,
+                language: str | None = None) -> Transcript: ...
 
 
 @dataclass(eq=False)  # told apart by identity (its audio is an array)

@@ -113,6 +113,9 @@ class AsrConfig:
     utterances take it); `python -m bench.asr` compares the two (docs/PERFORMANCE.md)."""
     batch: int = 16
     """At most this many waiting requests (other conversations' turns) decoded together."""
+    host: str = ""
+    """A worker's: the socket of its parent's ASR (app/asrhost.py), shared by all workers;
+    empty: its own model."""
 
 
 @dataclass
@@ -303,6 +306,7 @@ def parser() -> argparse.ArgumentParser:
                    "conversations; see bench.capacity): sessions stay on their worker, "
                    "--max-sessions and --cpus are shared out among them")
     g.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    g.add_argument("--asr-host", default="", help=argparse.SUPPRESS)  # set for a worker
     g.add_argument("--ssl-certfile", default="",
                    help="PEM certificate: serve HTTPS (a browser on another machine needs it "
                    "for the microphone)")
@@ -374,7 +378,7 @@ def from_args(args: argparse.Namespace) -> AppConfig:
                         continue_ms=args.turn_continue_ms),
         asr=AsrConfig(model=args.asr_model, language=args.language or "auto",
                       cpus=parse_cpus(args.asr_cpus), detect_model=args.asr_detect_model,
-                      device=args.asr_device,
+                      device=args.asr_device, host=args.asr_host,
                       compute_type="float16" if args.asr_device == "cuda" else "int8"),
         model_languages=tuple(x.strip() for x in (args.model_languages or "en,zh").split(",")
                               if x.strip()),

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from app.asr import Asr
+from app.asr import Asr, Transcriber
+from app.asrhost import RemoteAsr
 from app.chunking import SentenceChunker
 from app.config import AppConfig, Endpoint
 from app.endofturn import TurnDetector
@@ -50,12 +51,12 @@ Later = Callable[[Turn, list[dict]], None]
 class Agent:
     """The stages shared by every session: set up once, used by many turns."""
 
-    def __init__(self, cfg: AppConfig, asr: Asr | None = None, tts: FallbackTts | None = None,
-                 llm: ChatStream | None = None):
+    def __init__(self, cfg: AppConfig, asr: Transcriber | None = None,
+                 tts: FallbackTts | None = None, llm: ChatStream | None = None):
         from app.tts import build_tts
 
         self.cfg = cfg
-        self.asr = asr or Asr(cfg.asr)
+        self.asr = asr or (RemoteAsr(cfg.asr.host) if cfg.asr.host else Asr(cfg.asr))
         self.tts = tts or build_tts(cfg.tts)
         self.llm = llm or OpenAIChat()
         self.persona = load_persona(cfg.persona)

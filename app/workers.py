@@ -62,7 +62,7 @@ def worker_argv(argv: list[str], port: int, slots: int, cpus: tuple[int, ...],
              "--max-sessions", str(slots), "--ssl-certfile", "", "--ssl-keyfile", ""]
     if cpus:
         text = ",".join(map(str, cpus))
-        extra += ["--cpus", text, "--asr-cpus", text]
+        extra += ["--cpus", text]  # its ASR is the parent's (app/asrhost.py)
     for flag, value in endpoints.items():
         extra += [flag, value]
     return [*argv, *extra]

