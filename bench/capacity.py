@@ -17,9 +17,10 @@ end of turn took for the end, the rest said over the reply), so turns and clips 
 apart. Figures are the
 app's own records (`/agent/export` of each session): voice-to-voice, the end-of-turn wait,
 ASR, TTFT, first piece, TTS first audio, transport and the hand-offs, per N. On a host with
-`nvidia-smi`, the GPU's utilisation is sampled every second. Writes OUT/capacity.json and
-OUT/capacity.md (command, date, machine) after each N, so a sweep cut short keeps what it
-measured; prints the table.
+`nvidia-smi`, the GPU's utilisation is sampled every second, and on any host the cores each
+kind of process used (the app's, the model server's, the callers': `/proc`). Writes
+OUT/capacity.json and OUT/capacity.md (command, date, machine) after each N, so a sweep cut
+short keeps what it measured; prints the table.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import random
 import shlex
 import shutil
@@ -94,12 +96,92 @@ class GpuSampler:
         self._stop.set()
 
 
+class CpuSampler:
+    """The cores each kind of process used, from `/proc` every second: the app (its
+    workers and ASR host), the model server (vLLM's API server and engine), HAProxy, the
+    callers (this process) and the rest."""
+
+    KINDS = ("app", "model server", "balancer", "callers", "other")
+
+    def __init__(self) -> None:
+        self.ticks = dict.fromkeys(self.KINDS, 0.0)
+        self.seconds = 0.0
+        self._hz = os.sysconf("SC_CLK_TCK")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _kind(self, pid: int, kinds: dict[int, str]) -> str:
+        """By the command line, else the parent's kind (vLLM's engine and a worker's
+        helpers are spawned processes with command lines of their own)."""
+        if pid in kinds:
+            return kinds[pid]
+        if pid == os.getpid():
+            return "callers"
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace")
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return "other"
+        if "haproxy" in cmd:
+            kind = "balancer"
+        elif "-m app" in cmd:
+            kind = "app"
+        elif "vllm" in cmd.lower() or "gpu_servers" in cmd:
+            kind = "model server"
+        else:
+            kind = self._kind(parent, kinds) if parent > 1 else "other"
+        kinds[pid] = kind
+        return kind
+
+    @staticmethod
+    def _used(pid: int) -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return float(fields[11]) + float(fields[12])  # utime + stime, in ticks
+
+    def _snapshot(self) -> dict[int, float]:
+        used = {}
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:
+                    used[int(entry.name)] = self._used(int(entry.name))
+                except (OSError, IndexError, ValueError):  # gone meanwhile
+                    pass
+        return used
+
+    def _run(self) -> None:
+        kinds: dict[int, str] = {}
+        before, t0 = self._snapshot(), time.monotonic()
+        while not self._stop.wait(1.0):
+            now, t1 = self._snapshot(), time.monotonic()
+            for pid, ticks in now.items():
+                self.ticks[self._kind(pid, kinds)] += ticks - before.get(pid, 0.0)  # new: all
+            self.seconds += t1 - t0
+            before, t0 = now, t1
+
+    def cores(self) -> dict[str, float] | None:
+        """Mean cores busy per kind of process over the sampled time."""
+        if not self.seconds:
+            return None
+        return {k: round(v / self._hz / self.seconds, 2) for k, v in self.ticks.items()}
+
+    def __enter__(self) -> CpuSampler:
+        if Path("/proc/self/stat").exists():
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+
 def sweep_point(url: str, auth, said: list, n: int, turns: int) -> dict:
     outs: list[dict] = [{} for _ in range(n)]
     threads = [threading.Thread(target=caller, args=(url, auth, said, turns, i, outs[i]),
                                 daemon=True) for i in range(n)]
     t0 = time.monotonic()
-    with GpuSampler() as gpu:
+    with GpuSampler() as gpu, CpuSampler() as cpu:
         for t in threads:
             t.start()
         deadline = t0 + turns * 150 + 60
@@ -116,7 +198,8 @@ def sweep_point(url: str, auth, said: list, n: int, turns: int) -> dict:
              "wall_s": round(time.monotonic() - t0, 1),
              "gpu_util_mean": round(sum(gpu.samples) / len(gpu.samples), 1)
              if gpu.samples else None,
-             "gpu_util_max": max(gpu.samples) if gpu.samples else None}
+             "gpu_util_max": max(gpu.samples) if gpu.samples else None,
+             "cores_used": cpu.cores(), "cores": os.cpu_count()}
     for f in FIGURES:
         values = [r[f] for r in ok if r.get(f) is not None]
         point[f] = {"p50": percentile(values, 50), "p90": percentile(values, 90),
@@ -155,6 +238,15 @@ def markdown(points: list[dict], command: str, machine_line: str) -> str:
         t = p.get("timeline_p50") or {}
         lines.append((f"| {p['setting']} " if named else "") + f"| {p['sessions']} | " +
                      " | ".join(str(t.get(k, "–")) for k in STAMPS) + " |")
+    lines += ["", "Cores busy on average while the callers talked, by kind of process (`/proc`).",
+              "", ("| setting " if named else "") + "| sessions | cores | " +
+              " | ".join(CpuSampler.KINDS) + " |",
+              ("|---" if named else "") + "|---" * (len(CpuSampler.KINDS) + 2) + "|"]
+    for p in points:
+        c = p.get("cores_used") or {}
+        lines.append((f"| {p['setting']} " if named else "") +
+                     f"| {p['sessions']} | {p.get('cores', '–')} | " +
+                     " | ".join(str(c.get(k, "–")) for k in CpuSampler.KINDS) + " |")
     if named:  # each setting's v2v p50 against the first's, at the same N
         first = points[0]["setting"]
         base = {p["sessions"]: p["v2v_ms"]["p50"] for p in points if p["setting"] == first}
