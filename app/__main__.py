@@ -26,6 +26,7 @@ from app.launch import (
     plan_gpus,
 )
 from app.llm import LlmError, check_endpoint, compare_tokenizers, dry_run_info
+from app.machine import one_blas_thread
 from app.prepare import package_dir
 
 ANCHOR_SERVED_NAME = DEMO_SERVED_NAME + "-anchor"
@@ -154,6 +155,7 @@ def run_workers(args: argparse.Namespace, argv: list[str], servers: list[VllmSer
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
+    one_blas_thread()  # this process's, and each worker's (each runs this main)
     signal.signal(signal.SIGTERM, _interrupt)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -15,6 +15,18 @@ ISA = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_
 CAPS = ("CT2_FORCE_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
 
 
+def one_blas_thread() -> None:
+    """NumPy's BLAS (OpenBLAS) with one thread in this process, for good. The app's matrix
+    products are small (a clip's mel filterbank, 80 x 201 by 201 x 1,000) and no faster on
+    more threads, but OpenBLAS's extra threads spin a while after each: ten clips a second
+    kept a core per thread busy (`python -m bench.blas_threads`). Set at run time, not by
+    environment, so the model servers this process starts keep their own threading."""
+    import numpy  # noqa: F401  (threadpoolctl finds the libraries already loaded)
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1, user_api="blas")
+
+
 def machine() -> dict:
     model, flags = platform.processor() or "unknown", set()
     try:

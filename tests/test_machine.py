@@ -62,3 +62,18 @@ def test_forced_avx2_serves_int4_as_an_avx2_cpu_would(monkeypatch):
         assert native is None and "the AVX2 paths forced" in forced
     else:
         assert native is not None and "AVX2 only" in forced
+
+
+def test_the_app_runs_numpys_blas_on_one_thread():
+    """Its extra threads would spin after each clip's mel product (bench.blas_threads); the
+    setting holds for the process, so a fresh one checks it."""
+    import subprocess
+    import sys
+
+    code = ("from app.machine import one_blas_thread\n"
+            "from threadpoolctl import threadpool_info\n"
+            "one_blas_thread()\n"
+            "print([i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.strip() == "[1]"
