@@ -97,11 +97,11 @@ class GpuSampler:
 
 
 class CpuSampler:
-    """The cores each kind of process used, from `/proc` every second: the app (its
-    workers and ASR host), the model server (vLLM's API server and engine), HAProxy, the
-    callers (this process) and the rest."""
+    """The cores each kind of process used, from `/proc` every second: the app (with
+    `--workers`: its first process, which holds the ASR), its workers, the model server
+    (vLLM's API server and engine), HAProxy, the callers (this process) and the rest."""
 
-    KINDS = ("app", "model server", "balancer", "callers", "other")
+    KINDS = ("app", "app workers", "model server", "balancer", "callers", "other")
 
     def __init__(self) -> None:
         self.ticks = dict.fromkeys(self.KINDS, 0.0)
@@ -126,7 +126,7 @@ class CpuSampler:
         if "haproxy" in cmd:
             kind = "balancer"
         elif "-m app" in cmd:
-            kind = "app"
+            kind = "app workers" if " --worker " in f"{cmd} " else "app"
         elif "vllm" in cmd.lower() or "gpu_servers" in cmd:
             kind = "model server"
         else:
