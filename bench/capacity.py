@@ -120,7 +120,7 @@ class CpuSampler:
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
                 errors="replace")
-            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            parent = int(self._stat(pid)[1])
         except (OSError, IndexError, ValueError):
             return "other"
         if "haproxy" in cmd:
@@ -135,8 +135,13 @@ class CpuSampler:
         return kind
 
     @staticmethod
-    def _used(pid: int) -> float:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    def _stat(pid: int) -> list[str]:
+        """/proc/PID/stat's fields after the command name (which may hold spaces): state,
+        ppid, ..."""
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+    def _used(self, pid: int) -> float:
+        fields = self._stat(pid)
         return float(fields[11]) + float(fields[12])  # utime + stime, in ticks
 
     def _snapshot(self) -> dict[int, float]:
