@@ -57,6 +57,8 @@ class Reply:
     """The turn whose end came (all its audio sent)."""
     paused_at: float | None = None
     """Client time the app paused the reply (its words are being checked), until resumed."""
+    done: list[int] = field(default_factory=list)
+    """Turns whose reply played out (reported "done")."""
     stopped: list[int] = field(default_factory=list)
     """Turns whose reply the app stopped meanwhile (the clip's words went on over a reply
     to its first part): their audio is not in `chunks`."""
@@ -181,7 +183,9 @@ class VoiceClient:
         paced = over is not None
         while time.monotonic() < deadline:
             due = start + (k + 1) * FRAME_MS
-            if self._drain(reply, wait_s=max(0.0, (due - now_ms()) / 1000), paced=paced):
+            talking = over is not None or k < len(spoken)  # the user is not done yet
+            if self._drain(reply, wait_s=max(0.0, (due - now_ms()) / 1000), paced=paced,
+                           talking=talking):
                 return reply
             if over is not None and reply.first_audio_ms is not None and k >= len(spoken):
                 spoken, over = spoken[:k] + self._frames(over), None  # from the next frame
@@ -197,18 +201,23 @@ class VoiceClient:
         n = self._frame_samples
         return [x[i:i + n].tobytes() for i in range(0, len(x) - n + 1, n)]
 
-    def _drain(self, reply: Reply, wait_s: float, paced: bool = False) -> bool:
+    def _drain(self, reply: Reply, wait_s: float, paced: bool = False,
+               talking: bool = False) -> bool:
         """Read what arrives within `wait_s`, answering as the page's player does; True once
-        the reply's end came (and was reported done). A newer turn's audio makes it the
+        the reply's end came (and was reported done) and the user is not `talking` (the
+        words said over a reply go on after a short reply played out: it is reported done,
+        and the words may still get a turn of their own). A newer turn's audio makes it the
         reply (the user's words went on after a pause that ended a turn: the app answers
         the whole sentence as a new turn); a stop command is answered "stopped". `paced`:
         the reply is done once its audio would have played out after its first chunk."""
         until = time.monotonic() + wait_s
         while True:
-            if reply.ended == reply.turn and reply.turn and (not paced or (
-                    reply.paused_at is None
-                    and now_ms() >= reply.first_audio_ms + reply.duration_ms)):
+            if reply.ended == reply.turn and reply.turn and reply.turn not in reply.done \
+                    and (not paced or (reply.paused_at is None
+                                       and now_ms() >= reply.first_audio_ms + reply.duration_ms)):
                 self._report("done", reply.turn, heard=[1.0] * len(reply.chunks))
+                reply.done.append(reply.turn)
+            if reply.done and reply.done[-1] == reply.turn and not talking:
                 return True
             try:
                 msg = self._ws.recv(timeout=max(0.0, until - time.monotonic()))

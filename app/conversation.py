@@ -21,8 +21,12 @@ Agent speaking (its reply is playing in the page), an utterance over it ("over")
                                captured after the page reported it silent, its echo gone):
                                words or a command interrupt, echo resumes, a hum or a
                                guess waits on
-    pause / end (pending)      the user stopped: it was short (a hum, a remark, the echo
-                               that stopped with the reply): the reply resumes
+    pause / end (pending)      if the voice went on for barge_in_ms over the silent,
+                               paused reply, the words are checked again: words or a
+                               command interrupt. Else the user stopped: it was short (a
+                               hum, a remark, the echo that stopped with the reply): the
+                               reply resumes, at once after a backchannel, at the end after
+                               words or a guess (a pause may be a gap between words)
     end, the reply over        the reply played out during the utterance: a turn only if
                                the user spoke on after its last sample (its echo gone) and
                                the words are not the reply's echo or no words
@@ -119,6 +123,8 @@ class Floor:
     `verdict`): what a pending utterance was."""
     audible_ms: float | None = None
     """Browser time at which the reply now playing became audible (its "audible" report)."""
+    rechecked_ms: float | None = None
+    """The last voiced frame of the last pending utterance checked again at its pause."""
     echo_turns: set[int] = field(default_factory=set)
     """Replies whose own voice came back as speech: later checks do not pause them."""
 
@@ -390,18 +396,27 @@ class Conversation:
                 f.utterance, f.utterance_over = "over", f.speaking
                 self._began(session, event)
         elif event.kind == "end":
-            if f.utterance == "pending":
+            if f.utterance == "pending" and self._went_on(session, event):
+                # no pause came before it (speculation off): the end makes the turn
+                turn = self.start(session, "voice", audio=event.audio,
+                                  last_voiced_ms=event.last_voiced_ms)
+                turn.commit("speech over the paused reply")
+            elif f.utterance == "pending":
                 self._resume(session)
             elif f.utterance in ("over", "resumed") and not f.speaking:
                 self._after_the_reply(session, event)
             f.utterance = None
-        elif event.kind == "pause" and f.utterance == "pending" and f.continues is not None \
-                and f.heard == "words" and self._voiced_after_silence(session, event):
-            f.utterance = "turn"  # the user went on from their last turn: this pause is
-            self.barge_in(session, cause_ms=event.frame_ms)  # the start of the rest of it
         elif event.kind == "pause" and f.utterance == "pending":
-            self._resume(session)  # it was short: a hum, a remark, or echo that stopped
-            f.utterance = "resumed"  # more speech in this utterance is checked afresh
+            if f.heard == "backchannel":
+                self._resume(session)  # "yeah": let go at once
+                f.utterance = "resumed"  # more speech in this utterance is checked afresh
+            else:
+                # words or a guess wait for the utterance's end: a pause comes after
+                # `eager_ms` of silence, shorter than a gap between words ("What is the |
+                # capital of France" resumed the reply at its gap: it played out under
+                # the question, CI's log). If the voice went on over the silent reply,
+                # the words decide now.
+                self._went_on(session, event)
         elif event.kind == "speech_long":
             if f.utterance == "pending" and not self._after_silence(session, event):
                 return  # the reply is not silent yet, or this is its echo's tail
@@ -425,6 +440,25 @@ class Conversation:
             turn = self.start(session, "voice", audio=event.audio,
                               last_voiced_ms=event.last_voiced_ms)
             turn.commit("speech after the reply")
+
+    def _went_on(self, session: Session, event: VadEvent) -> bool:
+        """At the pause or end of a pending utterance: whether it became the next turn. It
+        does if its voice went on for `barge_in_ms` over the paused, silent reply (the
+        user's, not the echo's) and its words, checked again, are words or a command; the
+        user going on from their last turn needs no second check. On a busy CPU the check
+        at the utterance's second `speech_long` can come before the reply's silence is
+        reported, so the rest of a question said over it is decided here."""
+        f = self.floor(session)
+        if f.heard not in ("words", "noise") or not self._voiced_after_silence(session, event) \
+                or f.rechecked_ms == event.last_voiced_ms:  # its pause already checked it
+            return False
+        f.rechecked_ms = event.last_voiced_ms
+        if f.continues is not None and f.heard == "words":
+            f.utterance = "turn"  # the user went on from their last turn: this pause is
+            self.barge_in(session, cause_ms=event.frame_ms)  # the start of the rest of it
+        else:
+            self._check_interruption(session, event)
+        return f.utterance == "turn"
 
     def _voiced_after_silence(self, session: Session, event: VadEvent) -> bool:
         """Whether the utterance's voice went on for `barge_in_ms` after the paused reply
