@@ -7,6 +7,11 @@ request in flight; it is sent again later, up to `AB_TRIES` times, and its recor
 when and how often. A turn that a later one continues (the user went on) gives its request
 up. Every method runs on the session's turn-taking thread (app/conversation.py); a
 request runs on a thread of its own and posts `AbDone` back to that queue.
+
+A record that is over (run to its end, or cut on its last try) is made final, and so
+drawn by the page, only while the conversation is idle too: a last try is cut by the
+user's first voiced frame, and its figures, drawn then, took the page's and the server's
+time from the question being asked (the A/B on/off ratio, docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -57,6 +62,8 @@ class AnchorQueue:
         self.running: AbJob | None = None
         self.dropped: set[int] = set()
         """Turns whose requests are given up, one arriving late included."""
+        self.over: list[AbJob] = []
+        """Requests whose records are over, to be made final (drawn) when idle."""
 
     def wait(self, job: AbJob) -> None:
         """Queue a request in turn order, whenever it arrives (a cut one goes back under
@@ -70,7 +77,11 @@ class AnchorQueue:
     def next(self, idle: bool) -> None:
         """The conversation changed: cut the request in flight if it is no longer idle,
         else send the newest waiting one (older ones run in the longer quiet spells, a
-        conversation's end at the latest)."""
+        conversation's end at the latest). Records that are over are drawn first."""
+        if idle and self.over:
+            for job in self.over:
+                job.turn.rival_over(job.record, "Ready.")
+            self.over.clear()
         if self.running is not None:
             if not idle:
                 self.running.cancel.set()  # the user's turn comes first; sent again later
@@ -89,9 +100,7 @@ class AnchorQueue:
                 job.turn, self.agent.cfg.anchor, job.messages, "after-primary",
                 cancel=job.cancel, m=job.record, retries=job.tries - 1,
                 ran_after_ms=round((time.perf_counter() - job.ready) * 1000, 1),
-                last_try=job.tries >= AB_TRIES)
-            if not job.cancel.is_set():
-                self.session.touch("Ready.")
+                last_try=job.tries >= AB_TRIES, finish=False)
         finally:
             self.post(AbDone(job))
 
@@ -104,11 +113,17 @@ class AnchorQueue:
         """A request's thread ended: a cut one waits again, unless its tries are spent."""
         if self.running is job:
             self.running = None
-        if job.dropped:  # cut, not on its last try: its record is not closed yet
-            if job.tries < AB_TRIES and job.record is not None and job.record.cancelled:
-                self._give_up(job)
-        elif job.cancel.is_set() and job.tries < AB_TRIES:
+        last = job.tries >= AB_TRIES
+        if job.dropped and not last and job.record is not None and job.record.cancelled:
+            self._give_up(job)  # cut, not on its last try: its record is not closed yet
+        elif job.cancel.is_set() and not last and not job.dropped:
             self.wait(job)
+        else:
+            self._over(job)
+
+    def _over(self, job: AbJob) -> None:
+        if job.record is not None:
+            self.over.append(job)
 
     def drop(self, turn: Turn) -> None:
         """The turn's request will not be sent: its words are answered again, with the
@@ -122,12 +137,18 @@ class AnchorQueue:
             self._give_up(job)
 
     def close(self) -> None:
-        """The page went away: nothing more is sent."""
+        """The page went away: nothing more is sent; what is over is final (no page draws
+        it)."""
         self.cut()
         self.waiting.clear()
+        for job in self.over:
+            job.turn.rival_over(job.record)
+        self.over.clear()
 
     def _give_up(self, job: AbJob) -> None:
         job.cancel.set()
         job.record = self.agent.measure(job.turn, self.agent.cfg.anchor, job.messages,
                                         "after-primary", cancel=job.cancel, m=job.record,
-                                        retries=max(0, job.tries - 1), last_try=True)
+                                        retries=max(0, job.tries - 1), last_try=True,
+                                        finish=False)
+        self._over(job)

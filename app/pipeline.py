@@ -280,16 +280,18 @@ class Agent:
     def measure(self, turn: Turn, endpoint: Endpoint, messages: list[dict], order: str,
                 cancel: threading.Event | None = None, m: TurnMetrics | None = None,
                 ran_after_ms: float | None = None, retries: int = 0,
-                last_try: bool = True) -> TurnMetrics:
+                last_try: bool = True, finish: bool = True) -> TurnMetrics:
         """The same request to another endpoint, timed the same way; not spoken, not kept.
         `cancel` stops it (default: the turn's own); `m`: the record of an earlier try;
-        `last_try`: a cancelled request is not sent again (its record is final then)."""
+        `last_try`: a cancelled request is not sent again (its record is final then);
+        `finish`: a final record is made final here (False: the caller does it,
+        `Turn.rival_over`: the A/B queue, once the conversation is idle)."""
         session = turn.session
         cancel = cancel or turn.cancel
         m = m or self.rival_record(turn, endpoint, order)
         if cancel.is_set():
             fill_rival(m, None, None, "", True, ran_after_ms, retries)
-            if last_try:
+            if last_try and finish:
                 turn.rival_over(m)
             return m
         session.touch(f"Measuring {endpoint.name}...")
@@ -303,7 +305,7 @@ class Agent:
             error = str(exc)
         fill_rival(m, stats, self.server_views.after(endpoint, before), error,
                    cancel.is_set(), ran_after_ms, retries)
-        if last_try or not cancel.is_set():
+        if finish and (last_try or not cancel.is_set()):
             turn.rival_over(m)  # final: the page draws it (a cut try is sent again later)
         return m
 

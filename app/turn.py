@@ -336,11 +336,11 @@ class Turn:
         self._player_over = True
         self._settle()
 
-    def rival_over(self, m: TurnMetrics) -> None:
+    def rival_over(self, m: TurnMetrics, status: str | None = None) -> None:
         """An anchor's request for this turn ran its last try: its record `m` is final."""
         with self.session.lock:
             m.final = True
-        self.session.touch()  # the page draws it now
+        self.session.touch(status)  # the page draws it now
         if self.on_final is not None:
             self.on_final(m)
 

@@ -242,6 +242,34 @@ def test_a_new_turn_cancels_the_anchor_which_is_sent_again_when_idle():
     listener.close()
 
 
+def test_a_last_try_cut_by_the_users_turn_is_drawn_once_idle_again(monkeypatch):
+    """Cut on its last try by the user's next turn, the anchor's record is over, but it is
+    made final (the page draws it) only after that turn: drawn at the cut, its figures took
+    the page's and the server's time from the question being answered."""
+    import app.anchor
+
+    monkeypatch.setattr(app.anchor, "AB_TRIES", 1)
+    llm = ScriptedLlm(REPLY, delay_s=0.1)
+    finals: list[tuple[str, int, bool]] = []
+    conversation = Conversation(agent(llm, anchor=True),
+                                on_final=lambda m: finals.append((m.endpoint, m.turn_id,
+                                                                  m.cancelled)))
+    session = Session("s")
+    listener = conversation.open(session)
+    first = conversation.start_text(session, "What is the capital of France?")
+    first.thread.join(5)
+    assert until(lambda: anchors(llm) == 1)  # idle: the anchor runs
+    second = conversation.start_text(session, "And of Spain?")  # cut: its last try
+    time.sleep(0.3)  # the cut try's thread has ended; the second reply is under way
+    assert second.thread.is_alive() and ("anchor", first.turn_id, True) not in finals
+    second.thread.join(5)
+    assert until(lambda: ("anchor", first.turn_id, True) in finals)
+    assert finals.index(("primary", second.turn_id, False)) < \
+        finals.index(("anchor", first.turn_id, True))
+    assert until(lambda: ("anchor", second.turn_id, False) in finals)
+    listener.close()
+
+
 def page_session(loop: asyncio.AbstractEventLoop) -> Session:
     session = Session("page")
     session.outbox = Outbox(loop)  # what the app sends is queued on a loop nobody runs
