@@ -61,7 +61,10 @@ QUESTIONS = [
     "What time is it in Tokyo?", "Give me a tip for sleeping well.",
 ]
 VOICES = ["en-us+m3", "en-gb+f2"]  # espeak-ng voices: no test uses them
-GAP_S = 15.0  # pause after each question: room for the reply to play out
+GAP_S = 18.0
+"""Pause after each question: room for the reply to play out, as a caller waits for it. A
+40-token reply plays for up to ~15 s at piper's pace; at 15 s the next question cut 1-4
+replies a run (195-216 characters heard), the schedule's doing, not the agent's."""
 MAX_TOKENS = 40
 FIGURES = ["v2v_ms", "probe_v2v_ms", "eot_wait_ms", "asr_ms", "asr_after_speech_ms",
            "ttft_ms", "first_piece_ms", "first_piece_tokens", "tts_first_audio_ms",
