@@ -214,18 +214,26 @@ def test_the_anchor_waits_until_the_reply_has_played():
     listener.close()
 
 
-def test_a_new_turn_cancels_the_anchor_which_is_sent_again_when_idle():
+def anchor_cut_by_a_second_turn(final_field: str):
+    """A conversation whose first turn's anchor request runs (idle), then a second turn
+    that cuts it: (llm, finals as (endpoint, turn, record's `final_field`), session,
+    listener, first, second)."""
     llm = ScriptedLlm(REPLY, delay_s=0.1)
-    finals: list[tuple[str, int, int]] = []
+    finals: list[tuple] = []
     conversation = Conversation(agent(llm, anchor=True),
                                 on_final=lambda m: finals.append((m.endpoint, m.turn_id,
-                                                                  m.retries)))
+                                                                  getattr(m, final_field))))
     session = Session("s")
     listener = conversation.open(session)
     first = conversation.start_text(session, "What is the capital of France?")
     first.thread.join(5)
     assert until(lambda: anchors(llm) == 1)  # idle: the anchor runs
     second = conversation.start_text(session, "And of Spain?")  # the user comes first
+    return llm, finals, session, listener, first, second
+
+
+def test_a_new_turn_cancels_the_anchor_which_is_sent_again_when_idle():
+    llm, finals, session, listener, first, second = anchor_cut_by_a_second_turn("retries")
     second.thread.join(5)
     assert until(lambda: anchors(llm) == 3, timeout_s=10)  # second's, then first's again
     asked = [m[-1]["content"] for name, m in llm.requests if name == "anchor"]
@@ -248,18 +256,8 @@ def test_a_last_try_cut_by_the_users_turn_is_drawn_once_idle_again(monkeypatch):
     the page's and the server's time from the question being answered."""
     import app.anchor
 
-    monkeypatch.setattr(app.anchor, "AB_TRIES", 1)
-    llm = ScriptedLlm(REPLY, delay_s=0.1)
-    finals: list[tuple[str, int, bool]] = []
-    conversation = Conversation(agent(llm, anchor=True),
-                                on_final=lambda m: finals.append((m.endpoint, m.turn_id,
-                                                                  m.cancelled)))
-    session = Session("s")
-    listener = conversation.open(session)
-    first = conversation.start_text(session, "What is the capital of France?")
-    first.thread.join(5)
-    assert until(lambda: anchors(llm) == 1)  # idle: the anchor runs
-    second = conversation.start_text(session, "And of Spain?")  # cut: its last try
+    monkeypatch.setattr(app.anchor, "AB_TRIES", 1)  # the cut is its last try
+    _, finals, _, listener, first, second = anchor_cut_by_a_second_turn("cancelled")
     time.sleep(0.3)  # the cut try's thread has ended; the second reply is under way
     assert second.thread.is_alive() and ("anchor", first.turn_id, True) not in finals
     second.thread.join(5)
