@@ -188,7 +188,11 @@ class VoiceClient:
                            talking=talking):
                 return reply
             if over is not None and reply.first_audio_ms is not None and k >= len(spoken):
-                spoken, over = spoken[:k] + self._frames(over), None  # from the next frame
+                # from this frame on: the silence sent since the clip ended stays in its
+                # place (the over clip's first frames were lost under it, as many as the
+                # reply took: on a slow box all of it)
+                spoken = spoken + [quiet] * (k - len(spoken)) + self._frames(over)
+                over = None
             self._send_frame(due, spoken[k] if k < len(spoken) else quiet)
             k += 1
         raise TimeoutError(f"no reply within {timeout_s:.0f} s; events: {reply.events[-5:]}")
