@@ -75,8 +75,9 @@ def _fill(base: str, count: Callable[[str], int], target: int) -> str | None:
     return text
 
 
-def server_block_size(endpoint: Endpoint, timeout_s: float = 3.0) -> int | None:
-    """The prefix-cache granularity the server reports in vllm:cache_config_info."""
+def cache_config(endpoint: Endpoint, timeout_s: float = 3.0) -> dict[str, str] | None:
+    """The labels of the server's vllm:cache_config_info (its cache settings as strings);
+    None if it publishes none."""
     from prometheus_client.parser import text_string_to_metric_families
 
     text = metrics_text(endpoint.base_url, timeout_s)
@@ -84,13 +85,19 @@ def server_block_size(endpoint: Endpoint, timeout_s: float = 3.0) -> int | None:
         return None
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name != "vllm:cache_config_info":
-                continue
-            for key in ("cache_hit_alignment_tokens", "prefix_match_unit", "mamba_block_size",
-                        "block_size"):
-                value = sample.labels.get(key, "")
-                if value.isdigit() and int(value) > 0:
-                    return int(value)
+            if sample.name == "vllm:cache_config_info":
+                return dict(sample.labels)
+    return None
+
+
+def server_block_size(endpoint: Endpoint, timeout_s: float = 3.0) -> int | None:
+    """The prefix-cache granularity the server reports in vllm:cache_config_info."""
+    labels = cache_config(endpoint, timeout_s) or {}
+    for key in ("cache_hit_alignment_tokens", "prefix_match_unit", "mamba_block_size",
+                "block_size"):
+        value = labels.get(key, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
     return None
 
 
@@ -150,9 +157,11 @@ def block_size(endpoint: Endpoint, given: int = 0) -> tuple[int | None, str]:
     measured on the server, else its `vllm:cache_config_info`; (None, ...) if none says."""
     if given:
         return given, "flag"
-    measured = measured_block_size(endpoint)
-    if measured:
-        return measured, "measured on the server"
+    labels = cache_config(endpoint) or {}
+    if labels.get("enable_prefix_caching") != "False":  # off: the probes would read nothing
+        measured = measured_block_size(endpoint)
+        if measured:
+            return measured, "measured on the server"
     return server_block_size(endpoint), "server metrics"
 
 

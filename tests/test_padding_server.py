@@ -35,6 +35,26 @@ def test_block_size_is_read_from_the_server(endpoint):
     assert server_block_size(endpoint) == 32  # the block app.launch.cpu_server asks for
 
 
+def test_a_server_without_prefix_caching_is_not_probed(anchor_server):
+    """The anchor serves without prefix caching: its block is read from /metrics, and no
+    request is sent to measure it (the probes could read no cached tokens there)."""
+    from app.config import Endpoint
+    from app.llm import metrics_text
+    from app.padding import block_size, cache_config
+
+    anchor = Endpoint("anchor", anchor_server.base_url, anchor_server.served_name)
+
+    def requests() -> float:
+        return sum(float(line.rsplit(" ", 1)[1])
+                   for line in (metrics_text(anchor.base_url) or "").splitlines()
+                   if line.startswith("vllm:request_success_total"))
+
+    assert cache_config(anchor)["enable_prefix_caching"] == "False"
+    before = requests()
+    assert block_size(anchor) == (server_block_size(anchor), "server metrics")
+    assert requests() == before
+
+
 def test_padding_makes_every_persona_token_cached(endpoint, persona):
     block = server_block_size(endpoint)
     count = system_token_counter(endpoint)
