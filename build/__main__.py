@@ -31,7 +31,8 @@ def latency(args: argparse.Namespace) -> None:
         raise SystemExit("endpoint names must differ")
     result = run(endpoints, reps=args.reps, turns=args.turns, streams=args.streams,
                  stream_rounds=args.stream_rounds, max_tokens=args.max_tokens,
-                 block=args.block, persona_path=args.persona, progress=not args.quiet)
+                 block=args.block, persona_path=args.persona, progress=not args.quiet,
+                 warmups=args.warmups)
     date = dt.date.today().isoformat()
     command = args.command_line
     result.update(command=command, date=date)
@@ -51,13 +52,15 @@ def fidelity(args: argparse.Namespace) -> None:
     refs_path = args.references or args.out / "references.jsonl"
     if args.reference:
         ref = parse_endpoint(args.reference, args.api_key)
-        reference(ref, refs_path, limit=args.prompts, max_tokens=args.max_tokens)
+        reference(ref, refs_path, limit=args.prompts, max_tokens=args.max_tokens,
+                  persona_path=args.persona)
         print(f"reference answers of {ref.model}: {refs_path}")
     if not refs_path.exists():
         raise SystemExit(f"{refs_path} not found: pass --reference NAME=URL,MODEL first")
     refs = load(refs_path)
     results = [score(parse_endpoint(c, args.api_key), refs, tag=args.tag,
-                     max_tokens=args.max_tokens, progress=not args.quiet)
+                     max_tokens=args.max_tokens, long_form_tokens=args.long_form_tokens,
+                     progress=not args.quiet)
                for c in args.candidate]
     date = dt.date.today().isoformat()
     command = args.command_line
@@ -255,6 +258,8 @@ def main(argv: list[str] | None = None) -> None:
     lat.add_argument("--streams", type=int, default=5)
     lat.add_argument("--stream-rounds", type=int, default=3)
     lat.add_argument("--max-tokens", type=int, default=64)
+    lat.add_argument("--warmups", type=int, default=2,
+                     help="unrecorded requests per endpoint first (the persona's cache blocks)")
     lat.add_argument("--block", type=int, default=0,
                      help="prefix-cache block to pad the persona to (0: ask each server)")
     lat.add_argument("--persona", type=Path, default=ROOT / "persona" / "default.md")
@@ -269,6 +274,10 @@ def main(argv: list[str] | None = None) -> None:
                      help="NAME=BASE_URL,MODEL to score (repeat)")
     fid.add_argument("--prompts", type=int, default=18)
     fid.add_argument("--max-tokens", type=int, default=128)
+    fid.add_argument("--persona", type=Path, default=ROOT / "persona" / "default.md",
+                     help="the system prompt of the reference prompts")
+    fid.add_argument("--long-form-tokens", type=int, default=400,
+                     help="length of the long answer whose distinct bigrams are counted")
     fid.add_argument("--tag", default="小安：", help="the persona's reply prefix")
     fid.add_argument("--api-key", default="EMPTY")
     fid.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "fidelity")

@@ -46,11 +46,12 @@ def greedy(endpoint: Endpoint, messages: list[dict], max_tokens: int) -> str:
     return "".join(d.text for d in stream_chat(endpoint, messages, cfg, 0, stats)).strip()
 
 
-def reference(endpoint: Endpoint, out: Path, limit: int = 18, max_tokens: int = 128) -> Path:
+def reference(endpoint: Endpoint, out: Path, limit: int = 18, max_tokens: int = 128,
+              persona_path: Path = PERSONA) -> Path:
     """Greedy answers of `endpoint`, one JSON object a line."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", encoding="utf-8") as f:
-        for p in prompts(limit=limit):
+        for p in prompts(persona_path, limit=limit):
             answer = greedy(endpoint, p.messages, max_tokens)
             f.write(json.dumps({"id": p.id, "messages": p.messages, "answer": answer,
                                 "model": endpoint.model}, ensure_ascii=False) + "\n")
@@ -107,7 +108,7 @@ def probes(answers: list[str], tag: str) -> dict[str, int]:
 
 
 def score(candidate: Endpoint, refs: list[dict], tag: str = "小安：",
-          max_tokens: int = 128, progress: bool = True) -> dict:
+          max_tokens: int = 128, long_form_tokens: int = 400, progress: bool = True) -> dict:
     from tqdm import tqdm
 
     rows = []
@@ -118,7 +119,8 @@ def score(candidate: Endpoint, refs: list[dict], tag: str = "小安：",
                      "exact": own == ref["answer"],
                      "first_sentence": first_sentence(own) == first_sentence(ref["answer"])})
     long_form = greedy(candidate, [{"role": "system", "content": refs[0]["messages"][0]
-                                    ["content"]}, {"role": "user", "content": LONG_FORM}], 400)
+                                    ["content"]}, {"role": "user", "content": LONG_FORM}],
+                       long_form_tokens)
     nlls = [r["nll"] for r in rows]
     return {"endpoint": candidate.name, "model": candidate.model, "n": len(rows),
             "nll_mean": round(statistics.mean(nlls), 3),

@@ -86,7 +86,7 @@ def one(endpoint: Endpoint, messages: list[dict], cfg: LlmConfig, req: Request) 
 
 def run(endpoints: list[Endpoint], reps: int = 3, turns: int = 18, streams: int = 5,
         stream_rounds: int = 3, max_tokens: int = 64, block: int = 0,
-        persona_path: Path = PERSONA, progress: bool = True) -> dict:
+        persona_path: Path = PERSONA, progress: bool = True, warmups: int = 2) -> dict:
     from tqdm import tqdm
 
     script = json.loads(TURNS_FILE.read_text(encoding="utf-8"))
@@ -102,7 +102,7 @@ def run(endpoints: list[Endpoint], reps: int = 3, turns: int = 18, streams: int 
                 {"role": "user", "content": user_turns[turn % len(user_turns)]}]
 
     for ep in endpoints:  # warm-up: fills the persona's cache blocks, compiles, allocates
-        for turn in range(2):
+        for turn in range(warmups):
             one(ep, messages(ep, turn), cfg, Request(-1, ep.name, -1, turn, 1))
     records: list[Request] = []
     total = reps * len(user_turns) * len(endpoints) + stream_rounds * len(endpoints)

@@ -17,8 +17,12 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def run(vllm_server, anchor_server, tmp_path_factory):
     out = tmp_path_factory.mktemp("fidelity")
+    # a short persona (the Mandarin turns' one): the card's (~2,500 tokens on SmolLM2) is
+    # prefilled whole by every request of the anchor (no prefix caching) and every scoring
+    # (prompt logprobs read no cache), ~20 s each on one core; the harness's steps are the same
     cmd = [sys.executable, "-m", "build", "fidelity", "--quiet", "--prompts", "2",
-           "--max-tokens", "32", "--out", str(out),
+           "--max-tokens", "32", "--long-form-tokens", "48", "--out", str(out),
+           "--persona", str(ROOT / "persona" / "small-en-zh.md"),
            # the candidate makes two requests a prompt: give it the prefix-caching server
            "--reference", f"base={anchor_server.base_url},{anchor_server.served_name}",
            "--candidate", f"cand={vllm_server.base_url},{vllm_server.served_name}"]
@@ -39,11 +43,13 @@ def test_references_and_scores_written(run):
 
 
 def test_own_answers_score_better_than_shuffled_ones(run, vllm_server):
-    out, _ = run
-    # same weights as the reference server, so these are the model's own greedy answers
+    out, data = run
+    # same weights as the reference server, so these are the model's own greedy answers;
+    # the harness scored them on this server (the candidate): its NLLs are the real ones
     ep = Endpoint("base", vllm_server.base_url, vllm_server.served_name)
     refs = load(out / "references.jsonl")
-    real = [answer_nll(ep, r["messages"], r["answer"]) for r in refs]
+    nll = {row["id"]: row["nll"] for row in data["results"][0]["rows"]}
+    real = [nll[r["id"]] for r in refs]
     control = [answer_nll(ep, r["messages"], r["answer"]) for r in shuffled(refs)]
     assert all(0 <= x < 2.0 for x in real), real  # greedy answers: the model's likeliest
     assert sum(real) / len(real) < 0.5 * sum(control) / len(control), (real, control)
