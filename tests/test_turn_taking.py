@@ -24,7 +24,7 @@ import soundfile as sf
 from app.audio import resample
 from app.launch import AppServer
 from app.metrics import percentile
-from bench.page import open_page, start_recording
+from bench.page import launch, open_in, start_recording
 from tests.conftest import ARTIFACTS, ASSETS, ROOT, app_args, word_recall
 
 pytestmark = pytest.mark.integration
@@ -123,21 +123,33 @@ def reports(entries: list[dict], kind: str) -> list[dict]:
 
 
 @contextmanager
-def new_page(pw, url: str):
-    """A new page (a new conversation) with the scripted microphone, recording."""
-    browser, pg = open_page(pw, url, init_script=SCRIPTED_MIC)
+def chromium():
+    """One browser for a scenario's runs (a launch costs ~2 s; each run gets a context)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = launch(pw)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@contextmanager
+def new_page(browser, url: str):
+    """A new page in a new context (a new visitor: a new conversation) with the scripted
+    microphone, recording."""
+    pg = open_in(browser, url, init_script=SCRIPTED_MIC)
     try:
         start_recording(pg)
         yield pg
     finally:
-        browser.close()
+        pg.context.close()
 
 
 @pytest.fixture
 def page(tt_url):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw, new_page(pw, tt_url) as pg:
+    with chromium() as browser, new_page(browser, tt_url) as pg:
         yield pg
 
 
@@ -222,13 +234,11 @@ def test_a_real_interruption_stops_the_reply_fast_and_cuts_history(tt_url, clips
     several sentences. In one page the 135M model's answers shrank as its history filled
     with interruptions, until one ended before "Wait, stop" was said (a make test run:
     5 of 10, each miss a reply already over)."""
-    from playwright.sync_api import sync_playwright
-
     since = log_lines()
     outcomes, silences, misses = [], [], []
-    with sync_playwright() as pw:
+    with chromium() as browser:
         for _ in range(RUNS):
-            with new_page(pw, tt_url) as page:
+            with new_page(browser, tt_url) as page:
                 turn = ask_and_wait_audible(page, clips)
                 time.sleep(1.0)
                 say(page, clips["stop"])
@@ -262,13 +272,11 @@ def test_a_real_interruption_stops_the_reply_fast_and_cuts_history(tt_url, clips
 def test_a_cough_or_mhm_does_not_cancel_the_reply(tt_url, clips, noise):
     """As expected only if the noise began while the reply played and the reply then played
     to its end. Each run a new page, so the answer is the long first one."""
-    from playwright.sync_api import sync_playwright
-
     since = log_lines()
     outcomes, misses = [], []
-    with sync_playwright() as pw:
+    with chromium() as browser:
         for _ in range(RUNS):
-            with new_page(pw, tt_url) as page:
+            with new_page(browser, tt_url) as page:
                 turn = ask_and_wait_audible(page, clips)
                 time.sleep(1.0)
                 say(page, clips[noise])
@@ -303,14 +311,10 @@ def test_mandarin_with_a_mandarin_capable_setting_gets_a_mandarin_reply(zh_url, 
     """No notice: the Mandarin transcript goes to the model, its Chinese reply is spoken by
     the Mandarin voice and played. (The embedded 135M model writes Chinese characters when
     asked to, not sense: this checks the path, not the answer.)"""
-    from playwright.sync_api import sync_playwright
-
     outcomes, replies = [], []
-    with sync_playwright() as pw:
+    with chromium() as browser:
         for _ in range(RUNS):  # each in a new page: the tiny model drifts with history
-            browser, page = open_page(pw, zh_url, init_script=SCRIPTED_MIC)
-            try:
-                start_recording(page)
+            with new_page(browser, zh_url) as page:
                 sid = page.evaluate("() => window.voiceAgent.sid")
                 say(page, clips["zh"])
                 entries = wait_for(page, lambda e: len(reports(e, "done")) > 0)
@@ -323,8 +327,6 @@ def test_mandarin_with_a_mandarin_capable_setting_gets_a_mandarin_reply(zh_url, 
                 replies.append(reply)
                 outcomes.append(not row["error"] and "kokoro" in row["tts_engine"]
                                 and has_cjk(reply) and "只会说" not in reply)
-            finally:
-                browser.close()
     record("Mandarin question, Mandarin-capable setting: a Mandarin reply, spoken", outcomes)
     assert sum(outcomes) >= NEEDED, (outcomes, replies)
 

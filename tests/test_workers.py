@@ -79,7 +79,7 @@ def command(pid: int) -> str:
 @pytest.fixture(scope="module")
 def workers(endpoint, tmp_path_factory):
     cert, key = self_signed(tmp_path_factory.mktemp("tls"))
-    app = AppServer([*app_args(endpoint, max_tokens=20), "--persona-block", "32",
+    app = AppServer([*app_args(endpoint, max_tokens=20),
                      "--workers", "2", "--max-sessions", "4", "--auth", ":".join(AUTH),
                      "--ssl-certfile", str(cert), "--ssl-keyfile", str(key)],
                     log_path=ROOT / "logs" / "app-tests-workers.log",
