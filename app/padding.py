@@ -92,7 +92,10 @@ def cache_config(endpoint: Endpoint, timeout_s: float = 3.0) -> dict[str, str] |
 
 def server_block_size(endpoint: Endpoint, timeout_s: float = 3.0) -> int | None:
     """The prefix-cache granularity the server reports in vllm:cache_config_info."""
-    labels = cache_config(endpoint, timeout_s) or {}
+    return _reported_block(cache_config(endpoint, timeout_s) or {})
+
+
+def _reported_block(labels: dict[str, str]) -> int | None:
     for key in ("cache_hit_alignment_tokens", "prefix_match_unit", "mamba_block_size",
                 "block_size"):
         value = labels.get(key, "")
@@ -157,12 +160,12 @@ def block_size(endpoint: Endpoint, given: int = 0) -> tuple[int | None, str]:
     measured on the server, else its `vllm:cache_config_info`; (None, ...) if none says."""
     if given:
         return given, "flag"
-    labels = cache_config(endpoint) or {}
+    labels = cache_config(endpoint) or {}  # read once: the probes do not change it
     if labels.get("enable_prefix_caching") != "False":  # off: the probes would read nothing
         measured = measured_block_size(endpoint)
         if measured:
             return measured, "measured on the server"
-    return server_block_size(endpoint), "server metrics"
+    return _reported_block(labels), "server metrics"
 
 
 def system_token_counter(endpoint: Endpoint, timeout_s: float = 10.0) -> Callable[[str], int]:
