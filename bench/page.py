@@ -58,19 +58,31 @@ def launch(pw, mic_file: Path | None = None, cpus: str = ""):
         os.sched_setaffinity(0, mask)
 
 
-def open_in(browser, url: str, init_script: str = ""):
-    """The page in a new context of `browser` (its own storage: a new visitor, a new
-    session); closing `page.context` closes it."""
+def visitor(browser, init_script: str = ""):
+    """A visitor's browser: a context of `browser` with the microphone allowed and
+    `init_script` in each of its pages. Its pages share the HTTP cache, so the page's
+    scripts load once; each page loaded is still a new session (the app keeps nothing in
+    the browser's storage)."""
     ctx = browser.new_context(viewport={"width": 1400, "height": 1100},
                               permissions=["microphone"])
     if init_script:
         ctx.add_init_script(init_script)
-    page = ctx.new_page()
+    return ctx
+
+
+def load(page, url: str):
+    """`url` loaded in `page`, the app's page ready, one click given (so audio may play)."""
     page.goto(url)
     page.wait_for_selector("#va-text textarea", timeout=60000)
     page.wait_for_function("() => window.voiceAgent && window.voiceAgent.sid")
     page.click("h2")
     return page
+
+
+def open_in(browser, url: str, init_script: str = ""):
+    """The page in a new context of `browser` (its own storage and cache: a new visitor, a
+    new session); closing `page.context` closes it."""
+    return load(visitor(browser, init_script).new_page(), url)
 
 
 def start_recording(page) -> None:
