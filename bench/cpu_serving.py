@@ -30,6 +30,7 @@ from app.config import ROOT, Endpoint, LlmConfig
 from app.launch import cpu_server
 from app.llm import StreamStats, stream_chat
 from app.machine import describe, machine
+from bench.voice_to_voice import round_orders
 
 CONFIGS = {"bf16, 128-token blocks": ["--dtype", "bfloat16", "--block-size", "128"],
            "float32, 128-token blocks": ["--dtype", "float32", "--block-size", "128"],
@@ -82,8 +83,7 @@ def main() -> None:
                 ap.error(f"--setting {item!r}: expected NAME=FLAGS")
             configs[name] = shlex.split(flags)
     results: dict[str, list[dict]] = {name: [] for name in configs}
-    for k in range(args.rounds):
-        order = list(configs) if k % 2 == 0 else list(reversed(configs))
+    for k, order in enumerate(round_orders(list(configs), args.rounds)):
         for name in order:
             start_s, rows = conversation(name, configs[name])
             results[name].append({"round": k + 1, "start_s": start_s, "turns": rows})
