@@ -264,7 +264,22 @@ class Conversation:
         endpointer = self._endpointer(session)
         for event in endpointer.feed(frame):
             self.on_vad(session, event)
+        self._release_model(session)
         self._commit_if_decided(session)
+
+    def _silence_ms(self, session: Session) -> float:
+        endpointer = self._endpointers.get(session.sid)
+        return endpointer.silence_ms if endpointer is not None else 0.0
+
+    def _release_model(self, session: Session) -> None:
+        """A speculative turn sends its model request once the silence is
+        `model_after_ms` long: a short gap between words costs the shared model server
+        nothing (ASR at `eager_ms` already ran)."""
+        current = self.floor(session).current
+        if current is not None and not current.model_go.is_set() \
+                and self._silence_ms(session) >= self.agent.cfg.vad.model_after_ms:
+            current.stamp("model_go")
+            current.model_go.set()
 
     def _endpointer(self, session: Session) -> Endpointer:
         endpointer = self._endpointers.get(session.sid)
@@ -550,6 +565,8 @@ class Conversation:
             turn.commit(source)
         else:
             turn.on_audio_ready = self._audio_ready
+            if self._silence_ms(session) < self.agent.cfg.vad.model_after_ms:
+                turn.model_go.clear()  # `_release_model` sets it once the silence is longer
         with session.lock:
             f.anchor.cut()  # a new turn comes first; the A/B request is sent again
             f.current = turn

@@ -122,18 +122,19 @@ LABELS = {
     "held_ms": "held for commit ms", "handoff_ms": "hand-offs ms",
 }
 # Server stage events in the order a turn passes them (the waterfall's rows).
-STAGES = ["start", "asr_start", "asr_decode", "asr_end", "asr_handed", "judged", "committed",
-          "llm_sent", "first_token", "first_piece", "tts_start", "first_audio", "first_sent",
-          "socket_sent"]
+STAGES = ["start", "asr_start", "asr_decode", "asr_end", "asr_handed", "judged", "model_go",
+          "committed", "llm_sent", "first_token", "first_piece", "tts_start", "first_audio",
+          "first_sent", "socket_sent"]
 """start: the turn begins (a voice turn: at the user's first short pause); asr_start: its
 thread asks for ASR; asr_decode / asr_end: the ASR worker decodes; asr_handed: the turn's
-thread has the words; tts_start: the TTS thread takes the first piece; first_sent: the
-first audio is handed to the event loop; socket_sent: the loop has written it (inside
-transport, first_sent -> received, so not a hand-off of its own)."""
+thread has the words; model_go: the silence is long enough for the model request
+(`VadConfig.model_after_ms`; only where it held one); tts_start: the TTS thread takes the
+first piece; first_sent: the first audio is handed to the event loop; socket_sent: the loop
+has written it (inside transport, first_sent -> received, so not a hand-off of its own)."""
 HANDOFFS = [("start", "asr_start", "turn thread starts"),
             ("asr_start", "asr_decode", "ASR worker picks up"),
             ("asr_end", "asr_handed", "transcript back to the turn"),
-            ("asr_handed", "llm_sent", "request built"),
+            ("asr_handed", "llm_sent", "request built (from model_go if later)"),
             ("first_piece", "tts_start", "TTS thread picks up")]
 """The chain's hand-offs between threads and stages: (from, to, what happens between)."""
 
@@ -207,6 +208,11 @@ def fill_timeline(m: TurnMetrics, stamps: dict[str, float], last_voiced_ms: floa
     def span(a: str, b: str) -> float | None:
         return round(line[b] - line[a], 1) if a in line and b in line else None
 
+    def handoff(a: str, b: str) -> float | None:
+        if a == "asr_handed" and line.get("model_go", 0) > line.get(a, 0):
+            a = "model_go"  # the request waited for the silence, not for a thread
+        return span(a, b)
+
     m.eot_wait_ms = line.get("committed") if voice else None
     m.asr_after_speech_ms = line.get("asr_end") if voice else None
     m.first_piece_ms = span("first_token", "first_piece")
@@ -214,7 +220,7 @@ def fill_timeline(m: TurnMetrics, stamps: dict[str, float], last_voiced_ms: floa
     held = span("first_audio", "committed")
     m.held_ms = held if held is not None and held > 0 else None
     m.transport_ms = span("first_sent", "received")
-    gaps = [g for a, b, _ in HANDOFFS if (g := span(a, b)) is not None]
+    gaps = [g for a, b, _ in HANDOFFS if (g := handoff(a, b)) is not None]
     m.handoff_ms = round(sum(gaps), 1) if gaps else None
 
 

@@ -149,7 +149,8 @@ class Agent:
                 return self._fail(turn, "asr", "No words recognised; please try again.")
             if language not in self.cfg.model_languages:
                 return self._language_notice(turn, text, language)
-        if turn.cancel.is_set():
+        # a speculative turn's request waits for a longer silence (`model_after_ms`)
+        if not turn.wait_model_go():
             return m
         messages = self.messages(session, text, turn.continues)
         turn.set_user_text(text)

@@ -31,6 +31,11 @@ from app.session import Session
 log = logging.getLogger(__name__)
 
 
+def _set(event: threading.Event) -> threading.Event:
+    event.set()
+    return event
+
+
 @dataclass
 class Turn:
     session: Session
@@ -38,6 +43,9 @@ class Turn:
     last_voiced_ms: float | None = None
     """Browser time of the user's last voiced frame (voice turns from the microphone)."""
     cancel: threading.Event = field(default_factory=threading.Event)
+    model_go: threading.Event = field(default_factory=lambda: _set(threading.Event()))
+    """The turn may send its model request: set unless the turn-taking holds a speculative
+    turn's request for a longer silence (`VadConfig.model_after_ms`)."""
     stamps: dict[str, float] = field(default_factory=dict)
     """Server times of the stage events: asr_start, asr_end, committed, llm_sent,
     first_token, first_piece, first_audio, first_sent."""
@@ -101,6 +109,7 @@ class Turn:
         if self.cancel.is_set():
             return  # discarded before the silence confirmed it
         self.stamp("committed")
+        self.model_go.set()
         if self.continues is not None:
             reason += f" (continues turn {self.continues.turn_id})"
         self.metrics.eot_signal = reason
@@ -114,6 +123,13 @@ class Turn:
         self.cancel.set()
         with self.session.lock:
             self._held.clear()
+
+    def wait_model_go(self) -> bool:
+        """Block until the model request may go (True) or the turn is dropped (False)."""
+        while not self.model_go.wait(0.01):
+            if self.cancel.is_set():
+                return False
+        return not self.cancel.is_set()
 
     def wait_decided(self, timeout_s: float = 30.0) -> bool:
         """Block until the turn is committed (True) or cancelled (False)."""

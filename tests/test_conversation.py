@@ -524,3 +524,93 @@ def test_the_page_is_told_of_changes_at_most_five_times_a_second():
     assert notices(RENDER_EVERY_S + 0.05) == 1  # but it comes
     assert notices(RENDER_EVERY_S + 0.05) == 0  # nothing changed since: silence
     loop.close()
+
+
+class HeldAgent(ScriptedAgent):
+    """A scripted agent whose turns wait for the model request's release, as the real
+    chain does (app/pipeline.py), and record what the wait returned."""
+
+    def __init__(self, vad) -> None:
+        super().__init__(ScriptedAsr([]))
+        self.cfg.vad = vad
+        self.waited: dict[int, bool] = {}
+
+    def run_turn(self, turn: Turn, audio=None, text: str = "", heard=None,
+                 later=None) -> None:
+        self.waited[turn.turn_id] = turn.wait_model_go()
+        turn.wait_decided(timeout_s=5)
+
+
+def speak(conversation: Conversation, session: Session, audio: np.ndarray,
+          watch=None) -> None:
+    """Real audio into the session's endpointer (Silero), in the page's 20 ms frames;
+    `watch()` after each frame."""
+    from app.messages import MicFrame
+
+    for i in range(0, len(audio) - 319, 320):
+        t_ms = (i + 320) / 16.0
+        conversation.on_frame(session, MicFrame(i // 320, audio[i:i + 320], t_ms, t_ms / 1e3))
+        if watch is not None:
+            watch()
+
+
+def question(*gaps_ms: int) -> np.ndarray:
+    """The recorded question with a silence of each of `gaps_ms` inside it, and 0.5 s of
+    silence before it."""
+    from tests.test_vad import clip, trim
+
+    speech = trim(clip("en_capital.wav"))
+    parts, cut = [np.zeros(8000, np.float32)], len(speech) // (len(gaps_ms) + 1)
+    for k, gap in enumerate(gaps_ms):
+        parts += [speech[k * cut:(k + 1) * cut], np.zeros(16 * gap, np.float32)]
+    return np.concatenate([*parts, speech[len(gaps_ms) * cut:]])
+
+
+@pytest.mark.integration
+def test_a_speculative_turns_model_request_waits_for_the_longer_silence():
+    """ASR starts at the first silent frame (`eager_ms`), the model request only once the
+    silence is `model_after_ms` long; the request is released as that frame comes in."""
+    from app.config import VadConfig
+
+    agent = HeldAgent(VadConfig(eager_ms=32, model_after_ms=128, silence_ms=400))
+    conversation, session = Conversation(agent), Session("s")  # type: ignore[arg-type]
+    session.outbox = None
+    seen: dict[int, float] = {}  # turn -> the silence when its request was released
+
+    def watch() -> None:
+        current = conversation.floor(session).current
+        if current is not None and current.model_go.is_set():
+            seen.setdefault(current.turn_id, conversation._silence_ms(session))
+
+    speak(conversation, session, np.concatenate([question(), np.zeros(9600, np.float32)]),
+          watch)
+    turns = list(conversation.floor(session).turns.values())
+    for t in turns:
+        t.thread.join(timeout=5)
+    turn, turn_id = turns[-1], turns[-1].turn_id  # before it: the clip's own short gaps
+    assert agent.waited[turn_id] is True and turn.committed
+    assert all(t.cancel.is_set() and agent.waited[t.turn_id] is False for t in turns[:-1])
+    # released at the first frame with 128 ms of silence: the endpointer counts 32 ms frames
+    assert 128 <= seen[turn_id] < 128 + 32
+    assert turn.stamps["model_go"] < turn.stamps["committed"]
+
+
+@pytest.mark.integration
+def test_a_gap_between_words_shorter_than_model_after_sends_no_request():
+    """A gap that starts a speculative turn (ASR) but ends before `model_after_ms`: the
+    turn is dropped and its model request never goes; the whole question is one turn."""
+    from app.config import VadConfig
+
+    agent = HeldAgent(VadConfig(eager_ms=32, model_after_ms=256, silence_ms=400))
+    conversation, session = Conversation(agent), Session("s")  # type: ignore[arg-type]
+    session.outbox = None
+    speak(conversation, session, np.concatenate([question(100), np.zeros(9600, np.float32)]))
+    floor = conversation.floor(session)
+    turns = list(floor.turns.values())
+    for t in turns:
+        t.thread.join(timeout=5)
+    dropped = [t for t in turns if t.cancel.is_set()]
+    assert len(turns) >= 2 and len(dropped) == len(turns) - 1  # the gap started one
+    assert all(agent.waited[t.turn_id] is False and "model_go" not in t.stamps
+               for t in dropped)
+    assert agent.waited[turns[-1].turn_id] is True and turns[-1].committed

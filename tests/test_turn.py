@@ -119,6 +119,10 @@ def test_one_owner_fills_every_stage_figure():
                                     "committed", "llm_sent", "first_token"]
     # the hand-offs: 20 thread start + 2 ASR pick-up + 1 back + 9 request + 5 TTS pick-up
     assert m.handoff_ms == pytest.approx(37.0, abs=0.2)
+    # a request held for the silence (`model_after_ms`): its wait is no hand-off
+    fill_timeline(m, {**stamps, "model_go": t0 + 0.455}, 900.0, clock)
+    assert m.timeline["model_go"] == pytest.approx(455.0, abs=0.2)
+    assert m.handoff_ms == pytest.approx(33.0, abs=0.2)
 
 
 def test_transport_is_known_when_the_page_answers_before_the_sender_runs_again():
