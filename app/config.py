@@ -38,9 +38,11 @@ class VadConfig:
     model_after_ms: int = 0
     """Trailing silence after which a speculative turn sends its model request (at or
     below `eager_ms`: as soon as its transcript is known). ASR at a short gap between words
-    is cheap on a GPU; the model request is not: every caller's goes to one server, and a
-    dropped one still costs it a prefill. With ASR on a GPU the default is
-    `GPU_MODEL_AFTER_MS`."""
+    is cheap on a GPU; the model request is not when many callers share one server: a
+    dropped one still costs it a prefill and slows every stream's steps. On one H200 at
+    32 conversations, 96 took voice-to-voice p50 from 426-913 to 361-452 ms; for one
+    conversation it adds ~70 ms (docs/PERFORMANCE.md, "H200: the model request after a
+    longer silence"), so 0 stays the default."""
     barge_in_ms: int = 500
     """While the agent speaks, each this much of the user's speech pauses the reply and
     checks the words (app/conversation.py): a command ("wait", "stop") interrupts at once,
@@ -56,16 +58,6 @@ GPU_EAGER_MS = 32
 decode takes a core for 200-400 ms, so a start at every short gap between words would cost
 the turns that follow. With it, and the stages' other changes, the GPU voice-to-voice p50
 went 375 -> 202 ms (docs/PERFORMANCE.md, "GPU: the chain around the model")."""
-
-
-GPU_MODEL_AFTER_MS = 0
-"""With ASR on a GPU: the model request's own wait (0: with the transcript)."""
-
-
-def model_after_ms(args: argparse.Namespace) -> int:
-    if args.model_after_ms is not None:
-        return args.model_after_ms
-    return GPU_MODEL_AFTER_MS if args.asr_device == "cuda" else VadConfig.model_after_ms
 
 
 def eager_ms(args: argparse.Namespace) -> int:
@@ -257,10 +249,11 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--eager-ms", type=non_negative_int, default=None,
                    help="silence after which a turn starts speculatively (0: off; default "
                    f"{VadConfig.eager_ms}, {GPU_EAGER_MS} with --asr-device cuda)")
-    g.add_argument("--model-after-ms", type=non_negative_int, default=None,
+    g.add_argument("--model-after-ms", type=non_negative_int,
+                   default=VadConfig.model_after_ms,
                    help="silence after which a speculative turn sends its model request "
-                   "(below --eager-ms: with the transcript; default "
-                   f"{VadConfig.model_after_ms}, {GPU_MODEL_AFTER_MS} with --asr-device cuda)")
+                   "(default 0: with its transcript); many callers on one GPU: 96, so a "
+                   "gap between words sends none to the shared server")
     g.add_argument("--turn-detector", default=TurnConfig.detector, choices=DETECTORS,
                    help="how the end of a turn is decided: off (the fixed --vad-silence-ms), "
                    "or signals joined by +: words (an open ending: 'for', 'and', '因为'), "
@@ -393,7 +386,7 @@ def from_args(args: argparse.Namespace) -> AppConfig:
         persona_tag=AppConfig.persona_tag if args.persona_tag is None else args.persona_tag,
         language=args.language or "auto",
         vad=VadConfig(threshold=args.vad_threshold, silence_ms=args.vad_silence_ms,
-                      eager_ms=eager_ms(args), model_after_ms=model_after_ms(args),
+                      eager_ms=eager_ms(args), model_after_ms=args.model_after_ms,
                       barge_in_ms=args.barge_in_ms),
         turn=TurnConfig(detector=args.turn_detector, cap_ms=args.turn_cap_ms,
                         continue_ms=args.turn_continue_ms),

@@ -163,3 +163,8 @@ def test_the_speculative_start_comes_sooner_where_asr_runs_on_a_gpu():
     assert gpu.vad.eager_ms == GPU_EAGER_MS == 32
     assert from_args(parser().parse_args(["--asr-device", "cuda", "--eager-ms", "0"])) \
         .vad.eager_ms == 0  # a flag given wins, 0 (no speculation) too
+
+
+def test_the_model_request_goes_with_the_transcript_unless_told_to_wait():
+    assert from_args(parser().parse_args(["--asr-device", "cuda"])).vad.model_after_ms == 0
+    assert from_args(parser().parse_args(["--model-after-ms", "96"])).vad.model_after_ms == 96
