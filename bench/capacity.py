@@ -30,7 +30,6 @@ import datetime as dt
 import json
 import os
 import random
-import shlex
 import shutil
 import subprocess
 import sys
@@ -42,6 +41,7 @@ from app.client import AgentBusy, VoiceClient
 from app.launch import ROOT, AppServer
 from app.machine import describe, machine
 from app.metrics import STAGES, percentile
+from bench.settings import parse_settings
 from bench.voice_turns import clips
 
 STAMPS = [*STAGES, "received"]
@@ -304,9 +304,8 @@ def main() -> None:
         raise SystemExit("--sessions wants at least one N of 1 or more")
     app_args = [a for a in args.app_args if a != "--"]
     args.out.mkdir(parents=True, exist_ok=True)
+    settings = [("base" if args.setting else "", []), *parse_settings(args.setting).items()]
     said = clips()
-    settings = [("base" if args.setting else "", [])] + [
-        (name, shlex.split(flags)) for name, _, flags in (x.partition("=") for x in args.setting)]
     command = "python -m bench.capacity " + " ".join(sys.argv[1:])
     m = machine()
 

@@ -30,7 +30,7 @@ from app.config import ROOT, Endpoint, LlmConfig
 from app.launch import cpu_server
 from app.llm import StreamStats, stream_chat
 from app.machine import describe, machine
-from bench.voice_to_voice import round_orders
+from bench.settings import parse_settings, round_orders
 
 CONFIGS = {"bf16, 128-token blocks": ["--dtype", "bfloat16", "--block-size", "128"],
            "float32, 128-token blocks": ["--dtype", "float32", "--block-size", "128"],
@@ -76,12 +76,7 @@ def main() -> None:
     args = ap.parse_args()
     configs = CONFIGS
     if args.setting:
-        configs = {}
-        for item in args.setting:
-            name, sep, flags = item.partition("=")
-            if not sep or not name:
-                ap.error(f"--setting {item!r}: expected NAME=FLAGS")
-            configs[name] = shlex.split(flags)
+        configs = parse_settings(args.setting)
     results: dict[str, list[dict]] = {name: [] for name in configs}
     for k, order in enumerate(round_orders(list(configs), args.rounds)):
         for name in order:

@@ -50,6 +50,7 @@ from app.machine import describe, isa_in_effect, machine
 from app.metrics import percentile
 from app.prepare import package_dir
 from bench.page import open_page, start_recording, stop_recording
+from bench.settings import parse_settings, round_orders
 
 BASELINE = "6786e0b"  # the last commit before the streaming audio path
 QUESTIONS = [
@@ -276,12 +277,6 @@ def pool(runs: list[dict], questions: list[str]) -> dict:
     return pooled
 
 
-def round_orders(names: list[str], rounds: int) -> list[list[str]]:
-    """The settings' order in each round, every other round reversed (A B, B A, A B, ...):
-    a drift over the run, or the first run's cold caches, falls on each setting alike."""
-    return [names if i % 2 == 0 else names[::-1] for i in range(rounds)]
-
-
 def markdown(results: list[dict], command: str, date: str, machine_line: str) -> str:
     names = [r["pipeline"] for r in results]
     lines = [f"Measured {date} on {machine_line}; command: `{command}`.", "",
@@ -357,7 +352,8 @@ def main() -> None:
             saved["results"], saved["command"], saved["date"], describe(saved["machine"])))
         print(args.rescore.with_suffix(".md").read_text())
         return
-    settings = dict(s.split("=", 1) for s in args.setting)
+    flags = parse_settings(args.setting)
+    settings = {n: shlex.join(f) for n, f in flags.items()}  # as the JSON has kept them
     command = "python -m bench.voice_to_voice " + " ".join(
         a for a in os.sys.argv[1:])
     questions = [QUESTIONS[i % len(QUESTIONS)] for i in range(args.turns)]
@@ -369,8 +365,7 @@ def main() -> None:
         runs: dict[str, list[dict]] = {n: [] for n in names}
         for order in round_orders(names, args.rounds):
             for n in order:
-                run = run_pipeline(n, args.turns, mic, args.baseline,
-                                   shlex.split(settings.get(n, "")))
+                run = run_pipeline(n, args.turns, mic, args.baseline, flags.get(n, []))
                 run["ran_at"] = time.time()
                 run["summary"] = summarise(run, questions)
                 runs[n].append(run)

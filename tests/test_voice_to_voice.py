@@ -1,7 +1,10 @@
 """bench.voice_to_voice's rounds: the order each round runs the settings in, and one
 setting's rounds pooled into one result (figures over every turn, WER over every word)."""
 
-from bench.voice_to_voice import markdown, pool, round_orders, summarise
+import pytest
+
+from bench.settings import parse_settings, round_orders
+from bench.voice_to_voice import markdown, pool, summarise
 
 QUESTIONS = ["What is the capital of Italy?", "Why is the sky blue?"]
 
@@ -20,6 +23,17 @@ def test_every_other_round_runs_the_settings_in_reverse():
     assert round_orders(["on", "off"], 4) == [["on", "off"], ["off", "on"],
                                               ["on", "off"], ["off", "on"]]
     assert round_orders(["a", "b", "c"], 1) == [["a", "b", "c"]]
+
+
+def test_settings_keep_their_order_and_say_what_is_wrong():
+    assert parse_settings(["off=--turn-detector off", "on=", "q=--persona 'a b.md'"]) == {
+        "off": ["--turn-detector", "off"], "on": [], "q": ["--persona", "a b.md"]}
+    for bad, says in [("--no-ab", "expected NAME=FLAGS"), ("=--no-ab", "expected NAME=FLAGS"),
+                      ("x='--a", "No closing quotation")]:
+        with pytest.raises(SystemExit, match=says):
+            parse_settings([bad])
+    with pytest.raises(SystemExit, match="given twice"):
+        parse_settings(["a=", "a=--no-ab"])
 
 
 def test_rounds_pool_into_one_result_with_each_rounds_medians_shown():

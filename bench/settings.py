@@ -1,0 +1,30 @@
+"""The benchmarks' `--setting NAME=FLAGS` (the same thing measured with other flags, in one
+run) and the order the settings run in, shared by bench.voice_to_voice, bench.capacity and
+bench.cpu_serving."""
+
+from __future__ import annotations
+
+import shlex
+
+
+def parse_settings(items: list[str]) -> dict[str, list[str]]:
+    """`["off=--turn-detector off", "on="]` -> `{"off": ["--turn-detector", "off"], "on": []}`,
+    in the order given; a malformed item stops the benchmark with a message saying which."""
+    settings: dict[str, list[str]] = {}
+    for item in items:
+        name, sep, flags = item.partition("=")
+        if not sep or not name.strip():
+            raise SystemExit(f"--setting {item!r}: expected NAME=FLAGS, e.g. off='--no-ab'")
+        if name in settings:
+            raise SystemExit(f"--setting {name!r} is given twice; name each setting once")
+        try:
+            settings[name] = shlex.split(flags)
+        except ValueError as exc:  # an unclosed quote
+            raise SystemExit(f"--setting {item!r}: {exc}") from None
+    return settings
+
+
+def round_orders(names: list[str], rounds: int) -> list[list[str]]:
+    """The settings' order in each round, every other round reversed (A B, B A, A B, ...):
+    a drift over the run, or the first run's cold caches, falls on each setting alike."""
+    return [names if i % 2 == 0 else names[::-1] for i in range(rounds)]
