@@ -18,6 +18,9 @@
 #   ANCHOR=off VLLM_FLAGS="--max-num-seqs 32" bash bench/h200_voice.sh servers  # for capacity
 #   SERVERS=running CAPACITY=8,16,32 BENCH_FLAGS="--setting w4='--workers 4'" \
 #     bash bench/h200_voice.sh OUT 5                      # bench.capacity, no anchor
+#   ASR_DEVICE=cuda SERVERS=running CAPACITY=32,32 APP_FLAGS="--tts-stand-in \
+#     --max-sessions 32 --workers 4 --model-after-ms 96" bash bench/h200_voice.sh OUT 5
+#                                     # the README's many-callers flags (docs/PERFORMANCE.md)
 # Replies are random text (dummy weights) that never ends by itself: MAX_TOKENS=8 caps them
 # at about one short clause, the size of a real reply's first piece.
 set -euo pipefail
