@@ -197,6 +197,7 @@ def main(argv: list[str] | None = None) -> None:
             except LlmError as exc:
                 print(f"warning: {ep.name}: {exc}. Turns fail until it answers.", file=sys.stderr)
         print(f"Persona {cfg.persona.name}: {agent.pad_persona()}", flush=True)
+        agent.warm()  # the persona into the servers' prefix caches, before a first turn
         if agent.detector.model is not None:
             try:
                 agent.detector.model.setup()

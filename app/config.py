@@ -135,6 +135,9 @@ class LlmConfig:
     """vLLM extra sampling parameter; small models loop under greedy decoding without it."""
     history_turns: int = 8
     """User/assistant pairs kept in the prompt."""
+    prefill: bool = True
+    """Prefill the persona at start and a session's moved history window before the turn
+    that needs it (`Agent.warm`), while nothing waits."""
     timeout_s: float = 30.0
 
 
@@ -227,6 +230,9 @@ def parser() -> argparse.ArgumentParser:
                    help="prefix-cache block to pad the persona to (0: ask the server; "
                    "the card: 544 with a bf16 SSM state, 1056 with fp32)")
     g.add_argument("--no-persona-padding", action="store_true")
+    g.add_argument("--no-prefill", action="store_true",
+                   help="do not prefill the persona at start, nor a moved history window "
+                   "before the turn that needs it")
     g.add_argument("--persona-tag", default=None,
                    help="reply prefix the persona asks for, kept in the text, not spoken "
                    "(default persona: 小安：)")
@@ -369,7 +375,7 @@ def from_args(args: argparse.Namespace) -> AppConfig:
     if args.host not in ("127.0.0.1", "localhost", "::1") and auth is None:
         raise SystemExit(f"Refusing to listen on {args.host} without --auth user:password "
                          "(or VOICE_AGENT_AUTH): anyone who reaches the port could use it.")
-    llm = LlmConfig(max_tokens=args.max_tokens)
+    llm = LlmConfig(max_tokens=args.max_tokens, prefill=not args.no_prefill)
     if args.repetition_penalty is not None:
         llm.repetition_penalty = args.repetition_penalty
     anchor = None

@@ -103,6 +103,24 @@ def stream_chat(endpoint: Endpoint, messages: list[dict], cfg: LlmConfig, turn_i
         stats.closed = time.perf_counter()
 
 
+def prefill(endpoint: Endpoint, messages: list[dict], cfg: LlmConfig) -> int | None:
+    """Have the server compute `messages` as the start of a later prompt (its prefix cache
+    keeps the whole blocks), generating one token; returns the prompt's cached tokens.
+    The chat template renders them without the assistant's opening (`add_generation_prompt`
+    off), so the text is a true prefix of the next turn's prompt."""
+    import openai
+
+    try:
+        done = client_for(endpoint, cfg.timeout_s).chat.completions.create(
+            model=endpoint.model, messages=messages, max_tokens=1, temperature=0,
+            extra_body={"chat_template_kwargs": {"enable_thinking": False},
+                        "add_generation_prompt": False})
+    except openai.APIError as exc:
+        raise LlmError(f"prefill on {endpoint.base_url} failed: {_short(str(exc))}") from exc
+    details = done.usage.prompt_tokens_details if done.usage else None
+    return details.cached_tokens if details is not None else None
+
+
 class ChatStream(Protocol):
     """The LLM stage of a turn: a streamed, timed chat completion (a test may script one)."""
 

@@ -28,7 +28,7 @@ from app.asrhost import RemoteAsr
 from app.chunking import SentenceChunker
 from app.config import AppConfig, Endpoint
 from app.endofturn import TurnDetector
-from app.llm import ChatStream, LlmError, OpenAIChat, StreamStats, client_for
+from app.llm import ChatStream, LlmError, OpenAIChat, StreamStats, client_for, prefill
 from app.messages import ReplyPiece, SpeechChunk, Transcript
 from app.metrics import TurnMetrics, fill_rival
 from app.padding import (
@@ -91,6 +91,38 @@ class Agent:
         self.persona_note = (f"{padded.original_tokens:,} tokens, padded to {padded.tokens:,} "
                              f"= {padded.tokens // block} x {block}-token blocks ({source})")
         return self.persona_note
+
+    def warm(self, session: Session | None = None) -> threading.Thread | None:
+        """Prefill, on a thread, what the next turn's prompt starts with where the prefix
+        cache cannot have it: the persona at start (else the first turn computes it), and
+        a session's new history window when the next turn moves its start (its prompt then
+        shares only the persona with the one before: on the 2-core box TTFT ~0.9-1.2 s
+        instead of ~0.3, docs/PERFORMANCE.md). Both servers of the A/B alike."""
+        if not isinstance(self.llm, OpenAIChat) or not self.cfg.llm.prefill:
+            return None
+        messages = [{"role": "system", "content": self.persona}]
+        if session is not None:
+            with session.lock:
+                n = len(session.history) + 1  # with the next user message
+                start = history_start(n, session.history_start, self.cfg.llm.history_turns)
+                if start == session.history_start:
+                    return None  # the next prompt starts as this one did: cached
+                kept = session.history[start:]
+                for user, reply in zip(kept[::2], kept[1::2], strict=False):
+                    if reply["content"]:  # as `messages` keeps them
+                        messages += [{"role": "user", "content": user["content"]},
+                                     {"role": "assistant", "content": reply["content"]}]
+
+        def run() -> None:
+            for endpoint in filter(None, (self.cfg.primary, self.cfg.anchor)):
+                try:
+                    prefill(endpoint, messages, self.cfg.llm)
+                except LlmError as exc:  # the next turn computes it, as without
+                    log.info("%s", exc)
+
+        thread = threading.Thread(target=run, daemon=True, name="prefill")
+        thread.start()
+        return thread
 
     def messages(self, session: Session, user_text: str,
                  leave_out: Turn | None = None) -> list[dict]:
@@ -173,6 +205,7 @@ class Agent:
         if not turn.wait_decided():
             return m
         turn.finish(error)
+        self.warm(session)  # the next turn's window, if it moves
         # 6. A/B on one GPU (or CPU): the anchor runs once the primary turn is over, and
         # with a page, only while the user neither speaks nor waits for a reply
         if self.cfg.anchor is not None and rival is None:

