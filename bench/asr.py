@@ -24,6 +24,7 @@ import soundfile as sf
 
 from app.asr import Asr
 from app.config import MODELS, ROOT, AsrConfig
+from app.machine import describe, machine
 from app.prepare import package_dir
 from bench.voice_to_voice import QUESTIONS, VOICES, speak, wer
 
@@ -74,7 +75,8 @@ def main() -> None:
     command = "python -m bench.asr " + " ".join(sys.argv[1:])
     med = {k: round(statistics.median(r[f"{k} ms"] for r in rows), 1) for k in windows}
     word_err = {k: round(e / n, 3) for k, (e, n) in edits.items()}
-    lines = [f"Measured {date} on the 2-core box; model {args.model}, int8, 2 threads, "
+    box = machine()
+    lines = [f"Measured {date} on {describe(box)}; model {args.model}, int8, 2 threads, "
              f"beam 1; command: `{command}`.", "",
              "| clip | s | " + " | ".join(f"{k}: ms / text" for k in windows) + " |",
              "|---|---|" + "---|" * len(windows)]
@@ -89,7 +91,8 @@ def main() -> None:
     out = ROOT / "docs" / "bench"
     out.mkdir(parents=True, exist_ok=True)
     (out / "asr_cpu.json").write_text(json.dumps(
-        {"command": command, "date": date, "rows": rows, "median_ms": med, "wer": word_err},
+        {"command": command, "date": date, "machine": box, "rows": rows, "median_ms": med,
+         "wer": word_err},
         indent=1))
     (out / "asr_cpu.md").write_text("\n".join(lines) + "\n")
     print(f"{a}: {med[a]} ms, WER {word_err[a]} | {b}: {med[b]} ms, WER {word_err[b]}")
