@@ -35,6 +35,7 @@ from app.padding import (
     CARD_BLOCKS,
     PaddingError,
     block_size,
+    cache_config,
     pad_to_block,
     system_token_counter,
 )
@@ -62,6 +63,7 @@ class Agent:
         self.persona = load_persona(cfg.persona)
         self.persona_note = "not padded"
         self.server_views = ServerViews()
+        self._prefix_caching: dict[str, bool] = {}
         self.detector = turn_detector(cfg)
 
     def setup(self) -> None:
@@ -97,7 +99,10 @@ class Agent:
         cache cannot have it: the persona at start (else the first turn computes it), and
         a session's new history window when the next turn moves its start (its prompt then
         shares only the persona with the one before: on the 2-core box TTFT ~0.9-1.2 s
-        instead of ~0.3, docs/PERFORMANCE.md). Both servers of the A/B alike."""
+        instead of ~0.3, docs/PERFORMANCE.md). Each server of the A/B that caches prefixes.
+        The messages end with an empty user message, rendered without the assistant's
+        opening: the text is the next prompt's up to the user's words (and a template that
+        marks the last reply, or wants a user message, renders it as the next prompt will)."""
         if not isinstance(self.llm, OpenAIChat) or not self.cfg.llm.prefill:
             return None
         messages = [{"role": "system", "content": self.persona}]
@@ -112,17 +117,32 @@ class Agent:
                     if reply["content"]:  # as `messages` keeps them
                         messages += [{"role": "user", "content": user["content"]},
                                      {"role": "assistant", "content": reply["content"]}]
+        messages.append({"role": "user", "content": ""})
 
         def run() -> None:
             for endpoint in filter(None, (self.cfg.primary, self.cfg.anchor)):
                 try:
-                    prefill(endpoint, messages, self.cfg.llm)
-                except LlmError as exc:  # the next turn computes it, as without
-                    log.info("%s", exc)
+                    if self._caches_prefixes(endpoint):
+                        prefill(endpoint, messages, self.cfg.llm)
+                except Exception as exc:  # the next turn computes it, as without
+                    log.info("prefill on %s: %s", endpoint.name, exc)
 
         thread = threading.Thread(target=run, daemon=True, name="prefill")
-        thread.start()
+        try:
+            thread.start()
+        except RuntimeError as exc:  # no thread to be had: the turn goes on without
+            log.warning("prefill not started: %s", exc)
+            return None
         return thread
+
+    def _caches_prefixes(self, endpoint: Endpoint) -> bool:
+        """The server keeps prefixes (its vllm:cache_config_info; asked once)."""
+        known = self._prefix_caching.get(endpoint.base_url)
+        if known is None:
+            labels = cache_config(endpoint) or {}
+            known = self._prefix_caching[endpoint.base_url] = \
+                labels.get("enable_prefix_caching") != "False"
+        return known
 
     def messages(self, session: Session, user_text: str,
                  leave_out: Turn | None = None) -> list[dict]:
@@ -205,7 +225,6 @@ class Agent:
         if not turn.wait_decided():
             return m
         turn.finish(error)
-        self.warm(session)  # the next turn's window, if it moves
         # 6. A/B on one GPU (or CPU): the anchor runs once the primary turn is over, and
         # with a page, only while the user neither speaks nor waits for a reply
         if self.cfg.anchor is not None and rival is None:
@@ -215,6 +234,8 @@ class Agent:
                 self.measure(turn, self.cfg.anchor, messages, "after-primary")
         elif rival is not None:
             rival.join()
+        if not m.cancelled:  # an interrupted reply is cut in the history later
+            self.warm(session)  # the next turn's window, if it moves
         if error:
             return self._fail(turn, "llm", error)
         turn.refresh()

@@ -109,7 +109,9 @@ class Turn:
         if self.cancel.is_set():
             return  # discarded before the silence confirmed it
         self.stamp("committed")
-        self.model_go.set()
+        if not self.model_go.is_set():
+            self.stamp("model_go")  # the request waited for the commit
+            self.model_go.set()
         if self.continues is not None:
             reason += f" (continues turn {self.continues.turn_id})"
         self.metrics.eot_signal = reason
@@ -124,10 +126,12 @@ class Turn:
         with self.session.lock:
             self._held.clear()
 
-    def wait_model_go(self) -> bool:
-        """Block until the model request may go (True) or the turn is dropped (False)."""
+    def wait_model_go(self, timeout_s: float = 30.0) -> bool:
+        """Block until the model request may go (True) or the turn is dropped (False); a
+        turn nothing released nor dropped in `timeout_s` is dropped, as `wait_decided`."""
+        deadline = time.monotonic() + timeout_s
         while not self.model_go.wait(0.01):
-            if self.cancel.is_set():
+            if self.cancel.is_set() or time.monotonic() > deadline:
                 return False
         return not self.cancel.is_set()
 

@@ -304,7 +304,11 @@ def main() -> None:
         raise SystemExit("--sessions wants at least one N of 1 or more")
     app_args = [a for a in args.app_args if a != "--"]
     args.out.mkdir(parents=True, exist_ok=True)
-    settings = [("base" if args.setting else "", []), *parse_settings(args.setting).items()]
+    named = parse_settings(args.setting)
+    if "base" in named:
+        raise SystemExit("--setting base: 'base' is the sweep with the app's own flags; "
+                         "name yours otherwise")
+    settings = [("base" if args.setting else "", []), *named.items()]
     said = clips()
     command = "python -m bench.capacity " + " ".join(sys.argv[1:])
     m = machine()

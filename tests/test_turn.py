@@ -167,3 +167,14 @@ def test_a_withdrawn_turn_leaves_history_chat_and_window_consistent():
     assert old.metrics.continued_in == 9 and not old.owns(session.history[-2])
     old.finish()  # its stages ending late put nothing back
     assert len(session.history) == 4 and len(session.chat) == 4
+
+
+def test_a_held_model_request_goes_at_the_commit_or_is_given_up():
+    turn = Turn(Session("s"), TurnMetrics(1, "primary"), last_voiced_ms=1000.0)
+    assert turn.wait_model_go(timeout_s=0.01)  # not held: at once
+    turn.model_go.clear()  # held for a longer silence (app/conversation.py)
+    assert not turn.wait_model_go(timeout_s=0.05)  # nothing released it nor dropped it
+    turn.commit("words: no open ending")  # a verdict before the silence: it goes now
+    assert turn.wait_model_go(timeout_s=0.01) and "model_go" in turn.stamps
+    turn.cancel.set()
+    assert not turn.wait_model_go(timeout_s=0.01)
