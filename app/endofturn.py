@@ -27,7 +27,7 @@ import numpy as np
 
 from app.config import Endpoint, TurnConfig
 from app.language import is_cjk
-from app.llm import ServerError, post_json
+from app.llm import THINKING_OFF, ServerError, post_json
 from app.messages import EndOfTurn, Signal
 
 # English words after which a sentence cannot end (function words that need what follows).
@@ -106,7 +106,7 @@ class EndOfTurnModel:
     def _tokens(self, messages: list[dict], open_end: bool) -> list[int]:
         body = {"model": self.endpoint.model, "messages": messages,
                 "add_generation_prompt": False, "continue_final_message": open_end,
-                "chat_template_kwargs": {"enable_thinking": False}}
+                "chat_template_kwargs": THINKING_OFF}
         return list(post_json(self.endpoint, "/tokenize", body, self.timeout_s)["tokens"])
 
     def setup(self) -> None:

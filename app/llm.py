@@ -12,6 +12,9 @@ from typing import Protocol
 from app.config import Endpoint, LlmConfig
 from app.messages import ReplyDelta
 
+THINKING_OFF = {"enable_thinking": False}
+"""The chat template's switch every request of the app sends (the card: thinking off)."""
+
 
 class LlmError(RuntimeError):
     """The endpoint failed; the message is shown to the user."""
@@ -59,7 +62,7 @@ def stream_chat(endpoint: Endpoint, messages: list[dict], cfg: LlmConfig, turn_i
     import openai
 
     client = client or client_for(endpoint, cfg.timeout_s)
-    extra: dict = {"chat_template_kwargs": {"enable_thinking": False}}
+    extra: dict = {"chat_template_kwargs": THINKING_OFF}
     if cfg.repetition_penalty != 1.0:
         extra["repetition_penalty"] = cfg.repetition_penalty
     stats.sent = time.perf_counter()
@@ -113,8 +116,7 @@ def prefill(endpoint: Endpoint, messages: list[dict], cfg: LlmConfig) -> int | N
     try:
         done = client_for(endpoint, cfg.timeout_s).chat.completions.create(
             model=endpoint.model, messages=messages, max_tokens=1, temperature=0,
-            extra_body={"chat_template_kwargs": {"enable_thinking": False},
-                        "add_generation_prompt": False})
+            extra_body={"chat_template_kwargs": THINKING_OFF, "add_generation_prompt": False})
     except openai.APIError as exc:
         raise LlmError(f"prefill on {endpoint.base_url} failed: {_short(str(exc))}") from exc
     details = done.usage.prompt_tokens_details if done.usage else None

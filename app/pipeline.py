@@ -112,11 +112,7 @@ class Agent:
                 start = history_start(n, session.history_start, self.cfg.llm.history_turns)
                 if start == session.history_start:
                     return None  # the next prompt starts as this one did: cached
-                kept = session.history[start:]
-                for user, reply in zip(kept[::2], kept[1::2], strict=False):
-                    if reply["content"]:  # as `messages` keeps them
-                        messages += [{"role": "user", "content": user["content"]},
-                                     {"role": "assistant", "content": reply["content"]}]
+                messages += answered_pairs(session.history[start:])  # as `messages` will
         messages.append({"role": "user", "content": ""})
 
         def run() -> None:
@@ -156,14 +152,7 @@ class Agent:
             session.history_start = history_start(len(session.history) + 1,
                                                   session.history_start,
                                                   self.cfg.llm.history_turns)
-            kept = session.history[session.history_start:]
-            keep = []
-            for user, reply in zip(kept[::2], kept[1::2], strict=False):
-                if leave_out is not None and leave_out.owns(user):
-                    continue
-                if reply["content"]:
-                    keep += [{"role": "user", "content": user["content"]},
-                             {"role": "assistant", "content": reply["content"]}]
+            keep = answered_pairs(session.history[session.history_start:], leave_out)
         return [{"role": "system", "content": self.persona}, *keep,
                 {"role": "user", "content": user_text}]
 
@@ -453,6 +442,17 @@ class TagStripper:
             return ""
         self._done = True
         return "" if self._lead.strip() == self.tag else self._lead
+
+
+def answered_pairs(kept: list[dict], leave_out: Turn | None = None) -> list[dict]:
+    """The window's user/assistant pairs as the prompt has them: a reply still empty (a
+    turn in flight) is left out with its question, and so is `leave_out`'s."""
+    out: list[dict] = []
+    for user, reply in zip(kept[::2], kept[1::2], strict=False):
+        if reply["content"] and not (leave_out is not None and leave_out.owns(user)):
+            out += [{"role": "user", "content": user["content"]},
+                    {"role": "assistant", "content": reply["content"]}]
+    return out
 
 
 def history_start(n_messages: int, start: int, max_turns: int) -> int:
