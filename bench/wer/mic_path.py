@@ -1,4 +1,4 @@
-"""Run: .venv/bin/python -m bench.wer.mic_path (about 6 min; writes /tmp/micpath.json).
+"""Run: .venv/bin/python -m bench.wer.mic_path (about 6 min).
 
 What the page's getUserMedia processing does to the benchmark's questions: WER of tiny.en
 on the captured audio, processing on (the app's constraints) vs off, same fake-mic file."""
@@ -6,7 +6,6 @@ on the captured audio, processing on (the app's constraints) vs off, same fake-m
 import base64
 import functools
 import http.server
-import json
 import tempfile
 import threading
 from pathlib import Path
@@ -21,6 +20,7 @@ from app.config import AsrConfig
 from app.prepare import package_dir
 from bench.page import launch
 from bench.voice_to_voice import QUESTIONS, VOICES, speak, wer
+from bench.wer import record
 
 tmp = Path(tempfile.mkdtemp())
 clips, refs = [], []
@@ -72,7 +72,8 @@ asr = Asr(
     )
 )
 asr.setup()
-res = {}
+results: dict[str, float] = {}
+errors: list[str] = []
 with sync_playwright() as pw:
     for on in [True, False]:
         b = launch(pw, mic)
@@ -106,22 +107,13 @@ with sync_playwright() as pw:
             words += w
             rows.append((v, q, t, float(np.abs(y[off + a : off + z]).max())))
         key = "processing on" if on else "processing off"
-        res.setdefault(key, []).append(
-            {"wer": round(edits / words, 3), "offset": off, "rows": rows}
-        )
-        print(
-            key,
-            "WER",
-            round(edits / words, 3),
-            "offset",
-            off,
-            "peak",
-            max(r[3] for r in rows),
-            flush=True,
-        )
-        for r in rows:
-            if r[1].lower().strip("?.") != r[2].lower().strip("?.").strip():
-                print("   ", r[0], "|", r[1], "|", r[2])
+        results[f"WER, {key}"] = round(edits / words, 3)
+        results[f"peak level, {key}"] = round(max(r[3] for r in rows), 3)
+        errors += [
+            f"{key}, {r[0]}: {r[1]} -> {r[2]}"
+            for r in rows
+            if r[1].lower().strip("?.") != r[2].lower().strip("?.").strip()
+        ]
 # the original clips, for reference
 edits = words = 0
 for (a, z), (_v, q) in zip(starts, refs, strict=True):
@@ -131,5 +123,5 @@ for (a, z), (_v, q) in zip(starts, refs, strict=True):
     e, w = wer(q, asr.process(0, clip).text)
     edits += e
     words += w
-print("file WER", round(edits / words, 3))
-json.dump(res, open("/tmp/micpath.json", "w"), indent=1)
+results["WER, the file itself"] = round(edits / words, 3)
+record("mic_path", results, errors)

@@ -14,9 +14,12 @@ from app.asr import Asr
 from app.config import MODELS, AsrConfig
 from app.prepare import package_dir
 from bench.voice_to_voice import QUESTIONS, VOICES, speak, wer
+from bench.wer import record
 
 tmp = Path(tempfile.mkdtemp())
 clips = []
+results: dict[str, float] = {}
+errors: list[str] = []
 for i, q in enumerate(QUESTIONS):
     for v in VOICES:
         x, _ = sf.read(speak(q, v, tmp / f"q{i}-{v}.wav"), dtype="float32")
@@ -39,13 +42,8 @@ for name, path in [
             a, b = wer(q, t)
             e += a
             n += b
-            if a and shift == 0:
-                print("  ", name, q, "|", t)
-    print(
-        name,
-        "WER over 3 start shifts",
-        round(e / n, 3),
-        "p50 ms",
-        round(statistics.median(ts) * 1000),
-        flush=True,
-    )
+            if a:
+                errors.append(f"{name}, shift {shift // 16} ms: {q} -> {t}")
+    results[f"WER {name} (3 start shifts)"] = round(e / n, 3)
+    results[f"ms per clip {name} (p50)"] = round(statistics.median(ts) * 1000)
+record("models", results, errors)
