@@ -6,11 +6,18 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
 
 from app.asr import Asr
 from app.config import ROOT, AsrConfig
 from app.machine import describe, machine
 from app.prepare import tiny_en_dir
+from bench.voice_to_voice import QUESTIONS, VOICES, speak, wer
 
 OUT = ROOT / "docs" / "bench" / "asr_caps"
 TINY_EN = tiny_en_dir()  # the demo's ASR
@@ -21,6 +28,35 @@ def whisper(path: str) -> Asr:
     asr = Asr(AsrConfig(model=path, language="en", cpu_threads=2, window_s=10.0))
     asr.setup()
     return asr
+
+
+def questions() -> list[tuple[str, str, np.ndarray]]:
+    """The voice-to-voice benchmark's questions in its voices: (voice, question, 16 kHz
+    audio), at the level its microphone file plays them (0.7 of the synthesised)."""
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, q in enumerate(QUESTIONS):
+            for v in VOICES:
+                x, _ = sf.read(speak(q, v, Path(tmp) / f"q{i}-{v}.wav"), dtype="float32")
+                out.append((v, q, x * 0.7))
+    return out
+
+
+def score(asr: Asr, label: str, clips: list[tuple[str, str, np.ndarray]],
+          errors: list[str]) -> tuple[float, list[float]]:
+    """WER of `asr` over `clips` (voice, reference, audio) and the seconds each took; each
+    misheard clip is added to `errors`, named by `label` and its voice."""
+    edits = words = 0
+    took = []
+    for voice, ref, audio in clips:
+        t0 = time.perf_counter()
+        text = asr.process(0, audio).text
+        took.append(time.perf_counter() - t0)
+        e, n = wer(ref, text)
+        edits, words = edits + e, words + n
+        if e:
+            errors.append(f"{label}, {voice}: {ref} -> {text}")
+    return round(edits / words, 3), took
 
 
 def record(name: str, results: dict[str, float], errors: list[str]) -> None:

@@ -3,44 +3,37 @@
 WER of tiny.en on the clips as the app's endpointer cuts them (the last pause's audio of
 each utterance) against the whole clips, the same 24 questions."""
 
-import tempfile
-from pathlib import Path
-
 import numpy as np
-import soundfile as sf
 
 from app.config import VadConfig
 from app.messages import MicFrame
 from app.vad import Endpointer
-from bench.voice_to_voice import QUESTIONS, VOICES, speak, wer
-from bench.wer import TINY_EN, record, whisper
+from bench.wer import TINY_EN, questions, record, score, whisper
 
-tmp = Path(tempfile.mkdtemp())
-errors: list[str] = []
+FRAME = 320  # 20 ms, as the page sends them
+
+
+def pauses(x: np.ndarray) -> list[np.ndarray]:
+    """The audio of each `pause` the app's endpointer emits over `x`, in order."""
+    ep = Endpointer(VadConfig())
+    out = []
+    for k in range(0, len(x) - FRAME + 1, FRAME):
+        for ev in ep.feed(MicFrame(k // FRAME, x[k : k + FRAME], (k + FRAME) / 16, 0.0)):
+            if ev.kind == "pause":
+                out.append(ev.audio)
+    return out
+
+
 asr = whisper(TINY_EN)
-tot = {"endpointer, last pause": [0, 0], "endpointer, first pause": [0, 0], "whole clip": [0, 0]}
-for i, q in enumerate(QUESTIONS):
-    for v in VOICES:
-        x, _ = sf.read(speak(q, v, tmp / f"q{i}-{v}.wav"), dtype="float32")
-        x = np.concatenate([np.zeros(16000, np.float32), x * 0.7, np.zeros(24000, np.float32)])
-        ep = Endpointer(VadConfig())
-        pauses = []
-        for k in range(0, len(x) - 320 + 1, 320):
-            for ev in ep.feed(MicFrame(k // 320, x[k : k + 320], (k + 320) / 16, 0.0)):
-                if ev.kind == "pause":
-                    pauses.append(ev.audio)
-        outs = {
-            "whole clip": asr.process(
-                0, np.concatenate([np.zeros(4000, np.float32), x[12000:]])
-            ).text
-        }
-        if pauses:
-            outs["endpointer, last pause"] = asr.process(0, pauses[-1]).text
-            outs["endpointer, first pause"] = asr.process(0, pauses[0]).text
-        for k, t in outs.items():
-            e, n = wer(q, t)
-            tot[k][0] += e
-            tot[k][1] += n
-            if e:
-                errors.append(f"{k}, {v}, {len(pauses)} pause(s): {q} -> {t}")
-record("endpointer_cut", {f"WER, {k}": round(e / n, 3) for k, (e, n) in tot.items()}, errors)
+cuts: dict[str, list] = {"whole clip": [], "endpointer, last pause": [],
+                         "endpointer, first pause": []}
+for v, q, x in questions():
+    x = np.concatenate([np.zeros(16000, np.float32), x, np.zeros(24000, np.float32)])
+    cuts["whole clip"].append((v, q, np.concatenate([np.zeros(4000, np.float32), x[12000:]])))
+    found = pauses(x)
+    if found:
+        cuts["endpointer, last pause"].append((v, q, found[-1]))
+        cuts["endpointer, first pause"].append((v, q, found[0]))
+errors: list[str] = []
+record("endpointer_cut", {f"WER, {k}": score(asr, k, c, errors)[0] for k, c in cuts.items()},
+       errors)

@@ -16,22 +16,16 @@ from playwright.sync_api import sync_playwright
 
 from app.audio import resample
 from bench.page import launch
-from bench.voice_to_voice import QUESTIONS, VOICES, speak, wer
-from bench.wer import TINY_EN, record, whisper
+from bench.wer import TINY_EN, questions, record, score, whisper
 
-tmp = Path(tempfile.mkdtemp())
-clips, refs = [], []
-for i, q in enumerate(QUESTIONS):
-    for v in VOICES:
-        clips.append(speak(q, v, tmp / f"q{i}-{v}.wav"))
-        refs.append((v, q))
+said = questions()
 parts, starts = [np.zeros(16000, np.float32)], []
 pos = 16000
-for c in clips:
-    x, _ = sf.read(c, dtype="float32")
+for _, _, x in said:
     starts.append((pos, pos + len(x)))
-    parts += [x * 0.7, np.zeros(int(16000 * 1.5), np.float32)]
+    parts += [x, np.zeros(int(16000 * 1.5), np.float32)]
     pos += len(x) + int(16000 * 1.5)
+tmp = Path(tempfile.mkdtemp())
 orig = np.concatenate(parts)
 mic = tmp / "mic.wav"
 sf.write(mic, resample(orig, 16000, 48000), 48000, subtype="PCM_16")
@@ -60,6 +54,15 @@ JS = """async ([on, secs]) => {
     bin += String.fromCharCode.apply(null, u.subarray(i, i + 8192));
   return [btoa(bin), ctx.sampleRate];
 }"""
+
+
+def cut(audio: np.ndarray) -> list[tuple[str, str, np.ndarray]]:
+    """Each question out of `audio` laid out as the microphone file (0.1 s either side,
+    then 0.25 s of silence padded)."""
+    return [(v, q, np.pad(audio[a - 1600 : z + 1600], 4000))
+            for (a, z), (v, q, _) in zip(starts, said, strict=True)]
+
+
 asr = whisper(TINY_EN)
 results: dict[str, float] = {}
 errors: list[str] = []
@@ -74,43 +77,14 @@ with sync_playwright() as pw:
         y = np.frombuffer(base64.b64decode(data), np.int16).astype(np.float32) / 32768
         y = resample(y, int(rate), 16000)
         # align: the file loops; find the offset of the original's start in the capture
-        n = len(orig)
-        m = 1 << int(np.ceil(np.log2(len(y[: 2 * n]) + n)))
-        c = np.fft.irfft(np.fft.rfft(y[: 2 * n], m) * np.conj(np.fft.rfft(orig, m)), m)[
-            : len(y[: 2 * n]) - n + 1
-        ]
+        head, n = y[: 2 * len(orig)], len(orig)
+        m = 1 << int(np.ceil(np.log2(len(head) + n)))
+        c = np.fft.irfft(np.fft.rfft(head, m) * np.conj(np.fft.rfft(orig, m)), m)
+        c = c[: len(head) - n + 1]
         off = int(np.argmax(c))
-        edits = words = 0
-        rows = []
-        for (a, z), (v, q) in zip(starts, refs, strict=True):
-            clip = np.concatenate(
-                [
-                    np.zeros(4000, np.float32),
-                    y[off + a - 1600 : off + z + 1600],
-                    np.zeros(4000, np.float32),
-                ]
-            )
-            t = asr.process(0, clip).text
-            e, w = wer(q, t)
-            edits += e
-            words += w
-            rows.append((v, q, t, float(np.abs(y[off + a : off + z]).max())))
         key = "processing on" if on else "processing off"
-        results[f"WER, {key}"] = round(edits / words, 3)
-        results[f"peak level, {key}"] = round(max(r[3] for r in rows), 3)
-        errors += [
-            f"{key}, {r[0]}: {r[1]} -> {r[2]}"
-            for r in rows
-            if r[1].lower().strip("?.") != r[2].lower().strip("?.").strip()
-        ]
-# the original clips, for reference
-edits = words = 0
-for (a, z), (_v, q) in zip(starts, refs, strict=True):
-    clip = np.concatenate(
-        [np.zeros(4000, np.float32), orig[a - 1600 : z + 1600], np.zeros(4000, np.float32)]
-    )
-    e, w = wer(q, asr.process(0, clip).text)
-    edits += e
-    words += w
-results["WER, the file itself"] = round(edits / words, 3)
+        results[f"WER, {key}"] = score(asr, key, cut(y[off:]), errors)[0]
+        results[f"peak level, {key}"] = round(
+            max(float(np.abs(y[off + a : off + z]).max()) for a, z in starts), 3)
+results["WER, the file itself"] = score(asr, "the file", cut(orig), errors)[0]
 record("mic_path", results, errors)
