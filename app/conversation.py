@@ -8,6 +8,8 @@ Agent silent:
     pause          a turn starts speculatively with the utterance so far; once its
                    transcript is known the end-of-turn detector says how long the silence
                    must last (app/endofturn.py): it commits when the silence is that long
+                   (at once for finished words); its reply's audio goes out when ready,
+                   and waits while the user's voice is back (a commit the user undoes)
     resume         the speculation is dropped; the utterance goes on as one
     end            the silence reached the cap (detector on) or the fixed silence (off):
                    the speculation is committed (or a turn starts, speculation off)
@@ -60,7 +62,6 @@ from app.endofturn import TurnDetector
 from app.interruption import verdict
 from app.messages import (
     RATE,
-    AudioReady,
     EndOfTurn,
     MicBytes,
     MicFrame,
@@ -130,13 +131,15 @@ class Floor:
 
 
 MIC_STOP = "mic_stop"
-READY_CAP_MS = 1500
-"""Finished words wait for the reply's first audio; without audio (a failed stage) the turn
-commits at this much silence."""
+VOICE_GONE_MS = 300
+"""After a commit, a voice back for less than an utterance lets the held reply go once it
+has been quiet this long (a click, a cough): longer than the gaps between a sentence's
+words. With 128 on the H200, replies to half questions went out at such gaps and played
+over the rest of the question (docs/PERFORMANCE.md)."""
 TICK = "tick"
 TICK_S = 0.1
 CLOSED = "closed"
-Item = MicBytes | MicFrame | PlayerReport | EndOfTurn | AudioReady | AbJob | AbDone | str
+Item = MicBytes | MicFrame | PlayerReport | EndOfTurn | AbJob | AbDone | str
 JOIN_MAX_S = 20.0
 """A continuation joins at most this much earlier audio: a story told sentence by sentence
 is not transcribed again from its start at every pause."""
@@ -218,8 +221,6 @@ class Conversation:
             self.on_report(session, item)
         elif isinstance(item, EndOfTurn):
             self.on_verdict(session, item)
-        elif isinstance(item, AudioReady):
-            self._commit_if_decided(session)
         elif isinstance(item, AbJob):
             f.anchor.wait(item)
         elif isinstance(item, AbDone):
@@ -266,6 +267,19 @@ class Conversation:
             self.on_vad(session, event)
         self._release_model(session)
         self._commit_if_decided(session)
+        self._hold_for_voice(session, endpointer)
+
+    def _hold_for_voice(self, session: Session, endpointer: Endpointer) -> None:
+        """A committed voice turn's reply waits while the user's voice is back and none of
+        it has gone to the page: the verdict may have taken a pause to think for the end
+        (a Whisper fragment such as "...a table for it."), and the utterance the voice
+        becomes cancels the reply unheard and joins its words (`Floor.continues`)."""
+        f = self.floor(session)
+        with session.lock:  # the turn in flight, or the newest one if its chain is over
+            latest = f.turns[max(f.turns)] if f.turns else None
+        if latest is not None and latest.committed and latest.last_voiced_ms is not None:
+            quiet = endpointer.quiet_ms
+            latest.voice_back(quiet is not None and quiet < VOICE_GONE_MS)
 
     def _silence_ms(self, session: Session) -> float:
         endpointer = self._endpointers.get(session.sid)
@@ -338,9 +352,10 @@ class Conversation:
         self._commit_if_decided(session)
 
     def _commit_if_decided(self, session: Session) -> None:
-        """Commit the speculative turn once the silence is as long as its verdict asks;
-        finished words, once its first audio is ready too (the user may go on until then
-        at no cost: an earlier commit would not be heard sooner)."""
+        """Commit the speculative turn once the silence is as long as its verdict asks (at
+        once for finished words): the reply's audio goes out as soon as it is ready. If
+        the user goes on after all, `_hold_for_voice` keeps the reply unheard and the rest
+        of the sentence continues the turn (`Floor.continues`)."""
         f = self.floor(session)
         current = f.current
         if current is None or current.committed or current.verdict is None \
@@ -350,11 +365,7 @@ class Conversation:
         v = current.verdict
         if endpointer is None or endpointer.silence_ms < v.hold_ms:
             return
-        if v.when_ready and not current.audio_ready and endpointer.silence_ms < READY_CAP_MS:
-            return
-        ready = "" if not v.when_ready else ", reply ready" if current.audio_ready else \
-            f", no reply audio after {READY_CAP_MS} ms"
-        current.commit(f"{v.signal}: {v.detail}{ready}")
+        current.commit(f"{v.signal}: {v.detail}")
         endpointer.close()  # speech from here on is a new utterance (it interrupts)
         f.utterance, f.continues = None, None  # no "end" comes for this one
 
@@ -563,10 +574,8 @@ class Conversation:
                 old.audio = None
         if committed:
             turn.commit(source)
-        else:
-            turn.on_audio_ready = self._audio_ready
-            if self._silence_ms(session) < self.agent.cfg.vad.model_after_ms:
-                turn.model_go.clear()  # `_release_model` sets it once the silence is longer
+        elif self._silence_ms(session) < self.agent.cfg.vad.model_after_ms:
+            turn.model_go.clear()  # `_release_model` sets it once the silence is longer
         with session.lock:
             f.anchor.cut()  # a new turn comes first; the A/B request is sent again
             f.current = turn
@@ -592,9 +601,6 @@ class Conversation:
             f.turns[turn.turn_id] = turn
         self._run(turn, audio, text)
         return turn
-
-    def _audio_ready(self, turn: Turn) -> None:
-        self._post(turn.session, AudioReady(turn.turn_id))
 
     def start_text(self, session: Session, text: str) -> Turn:
         self.barge_in(session)
@@ -628,6 +634,9 @@ class Conversation:
         with session.lock:
             current, f.current = f.current, None
             playing = f.speaking  # a finished turn may still be playing
+            latest = f.turns[max(f.turns)] if f.turns else None
+        if latest is not None and latest.held_for_voice:
+            latest.drop_held()  # its chain may be over: it is no longer `current`
         f.paused_turn = 0  # the stop ends a pause too
         if playing or (current is not None and current.published):
             session.send_event({"type": "stop", "turn": playing or current.turn_id,

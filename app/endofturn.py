@@ -183,13 +183,6 @@ def decide(cfg: TurnConfig, silence_ms: int, uses: set[str], text: str,
     return 0, "words", "no open ending"
 
 
-def waits_for_reply(hold_ms: int, signal: Signal) -> bool:
-    """A finished utterance commits when its reply's first audio is ready: until then the
-    user may go on at no cost (the speculation is dropped unheard), and a commit before the
-    audio would not be heard sooner."""
-    return hold_ms == 0 and signal != "fixed"
-
-
 class TurnDetector:
     """The end-of-turn decision the configuration asks for (`TurnConfig.detector`)."""
 
@@ -226,5 +219,5 @@ class TurnDetector:
                 lambda: self.audio(audio) if audio is not None else 0.0)
         except (ServerError, KeyError, IndexError, ValueError) as exc:
             hold, signal, detail = self.silence_ms, "fixed", f"model failed: {exc}"[:120]
-        return EndOfTurn(turn_id, hold, waits_for_reply(hold, signal), signal, detail,
+        return EndOfTurn(turn_id, hold, signal, detail,
                          round((time.perf_counter() - t0) * 1000, 1))

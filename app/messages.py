@@ -80,10 +80,6 @@ class EndOfTurn:
     turn_id: int
     hold_ms: int
     """Silence after the last voiced frame before the turn commits (0: at once)."""
-    when_ready: bool
-    """Finished words: the turn commits when its reply's first audio is ready (or at
-    `READY_CAP_MS` of silence), not earlier: until then the user may still go on for free,
-    and a commit earlier than the audio gains nothing the user hears."""
     signal: Signal
     """What decided: "words", "model", "audio"; "fixed": the fixed silence (detector off,
     or no signal could tell)."""
@@ -91,13 +87,6 @@ class EndOfTurn:
     """What it saw, for the page: the ending word, or a probability."""
     cost_ms: float
     """Time the decision took, after the transcript."""
-
-
-@dataclass(frozen=True)
-class AudioReady:
-    """A speculative turn's first reply audio is synthesised (and held)."""
-
-    turn_id: int
 
 
 @dataclass(frozen=True)

@@ -63,8 +63,6 @@ class Turn:
     """Every chunk of the reply, for API callers that want the whole reply's audio."""
     verdict: EndOfTurn | None = None
     """The end-of-turn decision on this speculative turn's transcript, once it came."""
-    on_audio_ready: Callable[[Turn], None] | None = None
-    """Told (from the TTS thread) when the first audio is held for the commit."""
     on_final: Callable[[TurnMetrics], None] | None = None
     """Told once per record of this turn that the user had, when nothing will write it
     again: the primary's when the chain is over and the page's player has said its last
@@ -72,6 +70,12 @@ class Turn:
     _committed: bool = False
     _published: bool = False
     _held: list[SpeechChunk] = field(default_factory=list)
+    _voice_back: bool = False
+    """The user's voice came back after the commit, before any of the reply was sent: the
+    reply's audio waits (`voice_back`)."""
+    _end_waits: bool = False
+    """The chain ended while the reply waited for the user's voice: its "end" goes after
+    the audio."""
     _user_msg: dict | None = None
     _chat_user: dict | None = None
     _reply_msg: dict | None = None
@@ -219,20 +223,49 @@ class Turn:
             self.pieces[chunk.index] = chunk.text
             if self.collect is not None:
                 self.collect.append(chunk)
-            if not self._published:
+            hold = not self._published or self._voice_back
+            if hold:
                 self._held.append(chunk)
-                first_held = len(self._held) == 1 and not self._committed
-            else:
-                first_held = None
-        if first_held is None:
+        if not hold:
             self._send(chunk)
-        elif first_held and self.on_audio_ready is not None:
-            self.on_audio_ready(self)
 
     @property
     def audio_ready(self) -> bool:
-        """Reply audio is synthesised and waiting for the commit."""
+        """Reply audio is synthesised and held (for the commit, or the user's voice)."""
         return bool(self._held)
+
+    def voice_back(self, back: bool) -> None:
+        """Whether the user's voice is back after the commit (app/conversation.py): while it
+        is, and none of the reply has gone to the page, the reply's audio waits. If the
+        voice becomes an utterance, the turn is dropped unheard (`drop_held`): the user went
+        on after a pause the verdict took for the end. A click or a cough lets it go."""
+        with self.session.lock:
+            if back == self._voice_back or (back and self._to_page) or self.cancel.is_set():
+                return
+            self._voice_back = back
+            if back:
+                self.stamp("voice_back")
+            elif self._published:
+                held, self._held = self._held, []
+                for chunk in held:  # under the lock: before an "end" the turn sends
+                    self._send(chunk)
+                if self._end_waits:
+                    self._end_waits = False
+                    self._send_end()
+
+    @property
+    def held_for_voice(self) -> bool:
+        """Committed, and its reply waits for the user's voice to go (`voice_back`)."""
+        return self._voice_back and self._committed and not self.cancel.is_set()
+
+    def drop_held(self) -> None:
+        """The voice that held the reply became an utterance: nothing of the reply is heard
+        (its audio and its "end" are not sent), and the record says it was cancelled."""
+        self.cancel.set()
+        with self.session.lock:
+            self._held.clear()
+            self._end_waits = False
+            self.metrics.cancelled = self._published
 
     def _send(self, chunk: SpeechChunk) -> None:
         on_sent = None
@@ -264,7 +297,9 @@ class Turn:
         s.history += [self._user_msg, self._reply_msg]
         s.chat += [self._chat_user, self._chat_reply]
         s.metrics.append(self.metrics)
-        held, self._held = self._held, []
+        held = []
+        if not self._voice_back:  # else it waits for the voice to go (or become a turn)
+            held, self._held = self._held, []
         for chunk in held:
             self._send(chunk)
         s.touch()
@@ -306,9 +341,16 @@ class Turn:
                 self._reply_msg["content"] = reply
                 self._chat_reply["content"] = reply + note
         if not m.cancelled:
-            self._to_page = self._to_page or s.outbox is not None
-            s.send_event({"type": "end", "turn": self.turn_id})  # the player reports "done"
+            with s.lock:
+                self._end_waits = self._voice_back  # sent when the reply's audio is
+                if not self._end_waits:
+                    self._send_end()
         self.refresh()
+
+    def _send_end(self) -> None:
+        """The reply is over: the page's player reports "done" once it played it all."""
+        self._to_page = self._to_page or self.session.outbox is not None
+        self.session.send_event({"type": "end", "turn": self.turn_id})
 
     def on_player(self, report: PlayerReport) -> None:
         """The page's player said what it did with this turn's audio."""

@@ -80,6 +80,12 @@ class Endpointer:
         return self._voiced > 0
 
     @property
+    def quiet_ms(self) -> float | None:
+        """Silence since the last voiced frame heard since the last utterance ended (or was
+        closed), even one too short to start an utterance; None if none was heard."""
+        return self._silent * FRAME_MS if self._voiced else None
+
+    @property
     def silence_ms(self) -> float:
         """Silence since the utterance's last voiced frame (0 outside an utterance)."""
         return self._silent * FRAME_MS if self._started else 0.0

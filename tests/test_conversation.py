@@ -378,7 +378,7 @@ def test_an_unfinished_sentence_committed_at_the_cap_is_continued_after_it(loop)
     for began_after_ms, continued in ((2800, True), (4000, False)):
         conversation, session, sent = talk(loop, [])
         first = answered(conversation, session, playing=False)
-        first.judged(EndOfTurn(3, 2000, False, "words", "ends with “if”", 0.0))
+        first.judged(EndOfTurn(3, 2000, "words", "ends with “if”", 0.0))
         last = 1000 + began_after_ms + 300
         conversation.on_vad(session, event("speech_start", speech_ms=300, last_voiced_ms=last))
         assert (conversation.floor(session).continues is first) is continued
@@ -427,7 +427,7 @@ def test_a_commit_by_verdict_ends_the_utterance_so_the_next_reply_is_checked(loo
     floor.utterance, floor.continues = "turn", turn
     spec = Turn(session, TurnMetrics(4, "primary"), 3000.0)
     floor.current = spec
-    spec.judged(EndOfTurn(4, 0, False, "words", "no open ending", 0.0))
+    spec.judged(EndOfTurn(4, 0, "words", "no open ending", 0.0))
     conversation._endpointer(session)  # the session's (Silero) endpointer, silent
     conversation._commit_if_decided(session)
     assert spec.committed and floor.utterance is None and floor.continues is None

@@ -9,6 +9,7 @@ The model's end-of-message probability on a real vLLM: tests/test_endofturn_mode
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -17,12 +18,13 @@ import pytest
 import soundfile as sf
 
 from app.config import AppConfig, Endpoint, TurnConfig
-from app.conversation import Conversation
+from app.conversation import VOICE_GONE_MS, Conversation
 from app.endofturn import TurnDetector, normalize, unfinished_ending
 from app.messages import EndOfTurn, MicFrame, PlayerReport, SpeechChunk, Transcript
 from app.metrics import TurnMetrics
 from app.session import Session
 from app.turn import Turn
+from app.wire import Outbox
 from tests.conftest import ASSETS
 
 
@@ -78,7 +80,8 @@ def test_off_is_the_fixed_silence():
 
 
 class ScriptedAgent:
-    """Records the turns the conversation starts and hands their transcript to `heard`."""
+    """Records the turns the conversation starts and hands their transcript to `heard`; its
+    reply's first audio comes 50 ms later, or when `reply_go` is set."""
 
     def __init__(self, detector: str, text: str, speaks: bool = True) -> None:
         self.cfg = AppConfig(primary=Endpoint("primary", "http://127.0.0.1:9/v1", "m"),
@@ -86,6 +89,9 @@ class ScriptedAgent:
         self.detector = TurnDetector(self.cfg.turn, self.cfg.vad.silence_ms)
         self.text, self.speaks = text, speaks
         self.started: list[Turn] = []
+        self.reply_go: threading.Event | None = None
+        self.emitted: dict[int, float] = {}
+        """When each turn's reply audio was handed over (perf_counter)."""
 
     def new_turn(self, session: Session, source: str, last_voiced_ms=None) -> Turn:
         turn = Turn(session, TurnMetrics(session.new_turn_id(), "primary", source=source),
@@ -96,8 +102,13 @@ class ScriptedAgent:
     def run_turn(self, turn: Turn, audio=None, text: str = "", heard=None,
                  later=None) -> None:
         heard(turn, Transcript(turn.turn_id, self.text, "en", 0.0, 0.0), audio)
-        if self.speaks:  # the reply's first audio, held until the commit
-            time.sleep(0.05)
+        turn.set_user_text(self.text)  # shown once committed
+        if self.speaks:  # the reply's first audio: held until the commit
+            if self.reply_go is None:
+                time.sleep(0.05)
+            elif not self.reply_go.wait(10) or turn.cancel.is_set():
+                return
+            self.emitted[turn.turn_id] = time.perf_counter()
             turn.emit_audio(SpeechChunk(turn.turn_id, 0, np.zeros(1600, np.int16), 16000,
                                         "Paris.", "scripted", time.perf_counter()))
         turn.wait_decided(5.0)  # as the real chain does before it lets the turn go
@@ -129,21 +140,125 @@ def speak(text: str, detector: str, silence_s: float,
     return conversation, session
 
 
-def test_a_finished_sentence_commits_when_its_reply_is_ready():
+def test_a_finished_sentence_commits_at_its_verdict_before_its_reply_audio():
+    """The end of the turn is decided when the words are known (the first short pause plus
+    ASR), not when the reply is ready: the reply's audio goes out when it comes."""
     conversation, session = speak("What is the capital of France?", "words", 1.0)
     (turn,) = conversation.agent.started
-    assert turn.committed and turn.metrics.eot_signal == "words: no open ending, reply ready"
-    assert turn.verdict is not None and turn.verdict.hold_ms == 0 and turn.verdict.when_ready
-    assert turn.stamps["committed"] >= turn.stamps["judged"]
+    assert turn.committed and turn.metrics.eot_signal == "words: no open ending"
+    assert turn.verdict is not None and turn.verdict.hold_ms == 0
+    assert turn.stamps["judged"] <= turn.stamps["committed"] \
+        < conversation.agent.emitted[turn.turn_id]
 
 
-def test_a_finished_sentence_without_reply_audio_commits_at_the_ready_cap():
+def test_a_finished_sentence_without_reply_audio_commits_too():
     conversation, session = speak("What is the capital of France?", "words", 1.0, False)
     (turn,) = conversation.agent.started
-    assert not turn.committed  # 1 s of silence: it waits for audio that never comes
-    conversation, session = speak("What is the capital of France?", "words", 1.8, False)
-    (turn,) = conversation.agent.started
-    assert turn.committed and "no reply audio after 1500 ms" in turn.metrics.eot_signal
+    assert turn.committed and turn.metrics.eot_signal == "words: no open ending"
+
+
+class Page:
+    """The conversation with the scripted agent, fed on its own turn-taking thread, and
+    what it sent towards the page (an `Outbox` on a loop of the test's own)."""
+
+    def __init__(self, text: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.agent = ScriptedAgent("words", text)
+        self.agent.reply_go = threading.Event()
+        self.conversation = Conversation(self.agent)  # type: ignore[arg-type]
+        handle = self.conversation.handle
+
+        def handle_or_mark(session: Session, item) -> None:
+            if isinstance(item, threading.Event):
+                item.set()  # every item put before it is handled
+            else:
+                handle(session, item)
+
+        self.conversation.handle = handle_or_mark  # type: ignore[method-assign]
+        self.session = Session("s")
+        self.session.outbox = Outbox(self.loop)
+        self.listener = self.conversation.open(self.session)
+        self.t_ms = 0.0
+        self.audio_sent = 0
+
+    def say(self, audio: np.ndarray) -> None:
+        """Frames of `audio`, all handled on the turn-taking thread when this returns."""
+        for frame in frames(audio, self.t_ms):
+            self.listener.put(frame)
+        self.t_ms += len(audio) / 16.0
+        handled = threading.Event()
+        self.listener.put(handled)
+        assert handled.wait(10)
+
+    def sent(self) -> int:
+        """Reply audio messages sent so far."""
+        self.loop.run_until_complete(asyncio.sleep(0))
+        queue = self.session.outbox.queue
+        while not queue.empty():
+            self.audio_sent += not isinstance(queue.get_nowait(), str)
+        return self.audio_sent
+
+    def close(self) -> None:
+        self.agent.reply_go.set()
+        self.listener.close()
+        self.listener.thread.join(10)
+        for turn in self.agent.started:
+            turn.thread.join(10)
+        self.loop.close()
+
+
+def until(condition, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return condition()
+
+
+def committed_at_its_verdict(text: str) -> tuple[Page, np.ndarray, Turn]:
+    """The question, then silence until its verdict committed it (its reply not ready)."""
+    speech, _ = sf.read(ASSETS / "en_capital.wav", dtype="float32")
+    page = Page(text)
+    page.say(speech)  # ends with 0.7 s of silence: the pause, the verdict, the commit
+    (first,) = page.agent.started
+    assert until(lambda: first.committed)
+    return page, speech, first
+
+
+def test_speech_after_a_commit_cancels_the_reply_unheard_and_continues_the_turn():
+    """A pause to think that the verdict took for the end ("...a table for it."): the
+    user's voice comes back before the reply was sent. The reply waits while the voice is
+    there; when it becomes an utterance the reply is dropped unheard, and the words go on
+    in one turn with the rest."""
+    page, speech, first = committed_at_its_verdict("What is the capital of France?")
+    try:
+        page.say(speech[6400:8000])  # 100 ms of the voice back: not an utterance yet
+        page.agent.reply_go.set()  # the reply's first audio is ready now
+        assert until(lambda: first.audio_ready) and page.sent() == 0  # held for the voice
+        page.agent.reply_go.clear()  # the next turn's reply waits, to tell the two apart
+        page.say(speech[8000:])  # the voice goes on: an utterance, and its pause
+        assert first.cancel.is_set() and page.sent() == 0  # never heard
+        page.agent.reply_go.set()
+        assert until(lambda: len(page.agent.started) == 2 and page.agent.started[1].committed)
+        second = page.agent.started[1]
+        assert second.metrics.eot_signal == "words: no open ending (continues turn 1)"
+        assert until(lambda: page.sent() == 1)  # the whole sentence's reply is heard
+        assert first.metrics.continued_in == second.turn_id and first.metrics.cancelled
+        assert [m["content"] for m in page.session.chat] == [page.agent.text, ""]
+    finally:
+        page.close()
+
+
+def test_a_click_after_a_commit_delays_the_reply_only_while_it_lasts():
+    page, speech, first = committed_at_its_verdict("What is the capital of France?")
+    try:
+        page.say(speech[6400:8000])  # 100 ms of voice: a cough, a click
+        page.agent.reply_go.set()
+        assert until(lambda: first.audio_ready) and page.sent() == 0
+        page.say(np.zeros(int(16 * (VOICE_GONE_MS + 100)), np.float32))
+        assert until(lambda: page.sent() == 1) and not first.cancel.is_set()
+        assert "voice_back" in first.stamps
+    finally:
+        page.close()
 
 
 def test_an_open_ending_holds_the_turn_until_the_cap():
@@ -178,7 +293,7 @@ def test_frames_reports_and_verdicts_are_handled_on_one_thread_in_order():
     listener = conversation.open(session)
     silence = np.zeros(320, np.float32)
     items = [MicFrame(0, silence, 20.0, 0.0), PlayerReport("done", 7, 30.0),
-             MicFrame(1, silence, 40.0, 0.0), EndOfTurn(7, 0, True, "words", "", 0.0),
+             MicFrame(1, silence, 40.0, 0.0), EndOfTurn(7, 0, "words", "", 0.0),
              MicFrame(2, silence, 60.0, 0.0), PlayerReport("audible", 7, 70.0)]
     senders = [threading.Thread(target=listener.put, args=(item,)) for item in items]
     for sender in senders:  # put from other threads, as the event loop and turns do
