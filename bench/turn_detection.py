@@ -13,7 +13,9 @@ endpoint is given; Smart Turn v3.2 on one core). Each setting's verdicts come fr
 `app.endofturn.decide`, the function the app uses, and its time line from what was
 measured: a verdict exists at the pause + ASR + the signals it asked for; the turn commits
 when the silence reaches its hold, unless the user went on first. "off" is the fixed
-silence. A commit before the sentence's last word is a false cut-off.
+silence. A reply heard before the sentence's last word is a false cut-off; a commit that
+the user's going on undoes before its reply is audible (`--ready-ms` after the transcript)
+is joined unheard, as the app does (app/conversation.py `_hold_for_voice`).
 
 `--replay` takes the signals and times a run recorded (each pause's transcript, the
 model's and Smart Turn's probabilities, what each cost) and decides again: a change of the
@@ -37,8 +39,7 @@ import soundfile as sf
 
 from app.asr import Asr
 from app.config import MODELS, ROOT, AsrConfig, Endpoint, TurnConfig, VadConfig
-from app.conversation import READY_CAP_MS
-from app.endofturn import EndOfTurnModel, decide, unfinished_ending, waits_for_reply
+from app.endofturn import EndOfTurnModel, decide, unfinished_ending
 from app.machine import describe, machine
 from app.messages import MicFrame
 from app.metrics import percentile
@@ -77,9 +78,9 @@ class Clip:
     speech_end_ms: float = 0.0
 
 
-def pauses_of(audio: np.ndarray) -> list[tuple[Pause, np.ndarray]]:
+def pauses_of(audio: np.ndarray, eager_ms: int) -> list[tuple[Pause, np.ndarray]]:
     """The endpointer's speculative starts over a clip, each with its audio so far."""
-    cfg = VadConfig()
+    cfg = VadConfig(eager_ms=eager_ms)
     cfg.silence_ms = 10 ** 6  # the clip's trailing silence never ends it: the settings do
     endpointer = Endpointer(cfg)
     out: list[tuple[Pause, np.ndarray]] = []
@@ -94,12 +95,13 @@ def pauses_of(audio: np.ndarray) -> list[tuple[Pause, np.ndarray]]:
     return out
 
 
-def measure(clips: list[dict], asr: Asr, model: EndOfTurnModel | None, smart) -> list[Clip]:
+def measure(clips: list[dict], asr: Asr, model: EndOfTurnModel | None, smart,
+            eager_ms: int) -> list[Clip]:
     done = []
     for n, label in enumerate(clips, 1):
         audio, _ = sf.read(SET / label["file"], dtype="float32")
         clip = Clip(label, speech_end_ms=label["speech_end_s"] * 1000)
-        for pause, heard in pauses_of(audio):
+        for pause, heard in pauses_of(audio, eager_ms):
             tr = asr.process(0, heard)
             pause.text, pause.asr_ms = tr.text, (tr.asr_end - tr.asr_start) * 1000
             if model is not None and pause.text:
@@ -111,14 +113,21 @@ def measure(clips: list[dict], asr: Asr, model: EndOfTurnModel | None, smart) ->
             pause.audio_ms = (time.perf_counter() - t0) * 1000
             clip.pauses.append(pause)
         done.append(clip)
-        print(f"\r{n}/{len(clips)} clips", end="", file=sys.stderr, flush=True)
+        print(f"\r{n}/{len(clips)} clips (eager {eager_ms} ms)", end="", file=sys.stderr,
+              flush=True)
     print(file=sys.stderr)
     return done
 
 
-def outcome(clip: Clip, setting: str, cfg: TurnConfig, ready_ms: float | None) -> dict:
-    """When this setting commits the clip's turn, and whether that cut the sentence."""
+def outcome(clip: Clip, setting: str, cfg: TurnConfig, ready_ms: float) -> dict:
+    """When this setting commits the clip's turn, and whether the user heard a reply to
+    half a sentence. The app's rules: a verdict commits the turn once the silence reaches
+    its hold; the user going on before the commit drops the speculation unheard; going
+    on after it, before the reply is audible (the transcript + `ready_ms`), holds the
+    reply and drops it unheard too, and the rest joins the turn (`Floor.continues`, within
+    `continue_ms`); going on later hears the reply to the fragment start: a cut."""
     uses = set(setting.split("+")) - {"off"}
+    first_commit, joined = None, 0
     for pause in clip.pauses:
         used: set[str] = set()
 
@@ -133,26 +142,31 @@ def outcome(clip: Clip, setting: str, cfg: TurnConfig, ready_ms: float | None) -
         hold, signal, detail = decide(cfg, SILENCE_MS, uses, pause.text, p_model, p_audio)
         cost = (pause.model_ms if "model" in used else 0.0) + \
             (pause.audio_ms if "audio" in used else 0.0)
-        known = pause.frame_ms + pause.asr_ms + cost if uses else pause.last_voiced_ms
+        transcript = pause.frame_ms + pause.asr_ms
+        known = transcript + cost if uses else pause.last_voiced_ms
         commit = max(known, pause.last_voiced_ms + hold)
-        if ready_ms is not None and waits_for_reply(hold, signal):
-            # the reply's first audio: the chain starts when the transcript is known
-            commit = max(commit, min(pause.frame_ms + pause.asr_ms + ready_ms,
-                                     pause.last_voiced_ms + READY_CAP_MS))
         if pause.resume_ms is not None and pause.resume_ms <= commit:
             continue  # the user went on first: the speculation is dropped
+        first_commit = commit - pause.last_voiced_ms if first_commit is None else first_commit
+        audible = max(commit, transcript + ready_ms)
+        went_on = pause.resume_ms is not None \
+            and pause.resume_ms - pause.last_voiced_ms <= hold + cfg.continue_ms
+        if went_on and pause.resume_ms < audible:
+            joined += 1  # held and dropped unheard: the rest continues this turn
+            continue
         return {"commit_ms": round(commit - pause.last_voiced_ms, 1),
+                "first_commit_ms": round(first_commit, 1), "joined": joined,
                 "cut": pause.last_voiced_ms < clip.speech_end_ms - 100,
                 "signal": signal, "detail": detail, "decision_ms": round(cost, 1),
                 "text": pause.text}
-    return {"commit_ms": None, "cut": False, "signal": "none", "detail": "no pause",
-            "decision_ms": 0.0, "text": ""}
+    return {"commit_ms": None, "first_commit_ms": None, "joined": joined, "cut": False,
+            "signal": "none", "detail": "no pause", "decision_ms": 0.0, "text": ""}
 
 
-def summarize(clips: list[Clip], setting: str, cfg: TurnConfig,
-              ready_ms: float | None = None) -> dict:
+def summarize(clips: list[Clip], setting: str, cfg: TurnConfig, ready_ms: float,
+              eager_ms: int) -> dict:
     rows = [(c.label, outcome(c, setting, cfg, ready_ms)) for c in clips]
-    out = {"setting": setting + (" (commit at once)" if ready_ms is None else "")}
+    out = {"setting": setting, "eager_ms": eager_ms}
     for lang in ("en", "zh", "all"):
         mine = [(lb, o) for lb, o in rows if lang in ("all", lb["lang"])]
         paused = [o for lb, o in mine if lb["kind"] == "pause"]
@@ -161,6 +175,7 @@ def summarize(clips: list[Clip], setting: str, cfg: TurnConfig,
                   and not o["cut"]]
         out[lang] = {
             "pause_clips": len(paused), "cut": sum(o["cut"] for o in paused),
+            "joined": sum(o["joined"] > 0 for o in paused),
             "complete_clips": len(complete), "complete_cut": sum(o["cut"] for o in complete),
             "commit_p50": percentile(delays, 50), "commit_p90": percentile(delays, 90),
             "held_to_cap": sum(o["commit_ms"] is not None and o["commit_ms"] >= cfg.cap_ms
@@ -171,21 +186,25 @@ def summarize(clips: list[Clip], setting: str, cfg: TurnConfig,
 
 
 def table(results: list[dict], meta: dict) -> str:
+    asr = ", ".join(f"{v} ms (eager {k})" for k, v in meta["asr_p50"].items())
     lines = [f"Measured {meta['date']} on {meta['machine_line']}; command: "
-             f"`{meta['command']}`. ASR at the pause: p50 {meta['asr_p50']} ms. "
+             f"`{meta['command']}`. ASR at the pause: p50 {asr}. Reply audible "
+             f"{meta['ready_ms']:.0f} ms after the transcript. "
              f"Set: {meta['clips']} clips ({meta['set']}).", "",
-             "| setting | false cut-offs (pauses 500-1000 ms) | complete cut | commit after "
-             "the last voiced frame, complete turns p50 / p90 ms: en; zh | held to the cap | "
-             "signal ms per decision (mean) |", "|---|---|---|---|---|---|"]
+             "| setting | speculative start (eager) ms | sentences cut by a pause: a reply "
+             "heard (pauses 500-1000 ms) | of them committed early and joined unheard | "
+             "complete cut | commit after the last voiced frame, complete turns p50 / p90 "
+             "ms: en; zh | held to the cap | signal ms per decision (mean) |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in results:
         a = r["all"]
         per = "; ".join(f"{lang} {r[lang]['cut']}/{r[lang]['pause_clips']}"
                         for lang in ("en", "zh"))
         commit = "; ".join(f"{r[lang]['commit_p50']} / {r[lang]['commit_p90']}"
                            for lang in ("en", "zh"))
-        lines.append(f"| {r['setting']} | {a['cut']}/{a['pause_clips']} ({per}) | "
-                     f"{a['complete_cut']}/{a['complete_clips']} | {commit} | "
-                     f"{a['held_to_cap']} | {a['decision_ms']} |")
+        lines.append(f"| {r['setting']} | {r['eager_ms']} | {a['cut']}/{a['pause_clips']} "
+                     f"({per}) | {a['joined']} | {a['complete_cut']}/{a['complete_clips']} | "
+                     f"{commit} | {a['held_to_cap']} | {a['decision_ms']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -194,9 +213,12 @@ def main() -> None:
     p.add_argument("--no-model", action="store_true", help="leave the model's signal out")
     p.add_argument("--base-url", default="", help="an existing endpoint for the model signal")
     p.add_argument("--model", default="")
+    p.add_argument("--eager-ms", default=str(VadConfig.eager_ms),
+                   help="the speculative start(s) to measure, comma-separated (each a "
+                   "pass over the set)")
     p.add_argument("--ready-ms", type=float, default=READY_MS,
-                   help="transcript -> the reply's first audio, for the settings that commit "
-                   "when the reply is ready (the app's own: see --help's text)")
+                   help="the transcript -> the reply's first audio heard (see the module's "
+                   "READY_MS)")
     p.add_argument("--replay", type=Path, default=None,
                    help="decide again on the signals of a recorded run (its JSON)")
     p.add_argument("--out", type=Path, default=OUT)
@@ -204,15 +226,20 @@ def main() -> None:
     labels = json.loads((SET / "labels.json").read_text())
     if args.replay is not None:
         old = json.loads(args.replay.read_text())["meta"]
-        by_file = {s["file"]: s for s in old["signals"]}
-        clips = [Clip(lb, [Pause(**p) for p in by_file[lb["file"]]["pauses"]],
-                      lb["speech_end_s"] * 1000) for lb in labels]
-        report(clips, labels, old["command"] + f" (replayed: {' '.join(sys.argv[1:])})",
+        runs: dict[int, list[Clip]] = {}
+        for eager in sorted({s.get("eager_ms", VadConfig.eager_ms) for s in old["signals"]},
+                            reverse=True):
+            by_file = {s["file"]: s for s in old["signals"]
+                       if s.get("eager_ms", VadConfig.eager_ms) == eager}
+            runs[eager] = [Clip(lb, [Pause(**p) for p in by_file[lb["file"]]["pauses"]],
+                                lb["speech_end_s"] * 1000) for lb in labels]
+        report(runs, labels, old["command"] + f" (replayed: {' '.join(sys.argv[1:])})",
                "model" in " ".join(r for r in old.get("settings", SETTINGS)), args.out,
                args.ready_ms)
         return
     from app.smartturn import SmartTurn
 
+    eagers = [int(v) for v in args.eager_ms.split(",")]
     asr = Asr(AsrConfig(model=tiny_en_dir(),
                         detect_model=str(MODELS / "whisper-base")))
     asr.setup()
@@ -231,39 +258,42 @@ def main() -> None:
                 endpoint = Endpoint("primary", server.base_url, server.served_name)
             model = EndOfTurnModel(endpoint)
             model.setup()
-        clips = measure(labels, asr, model, smart)
+        runs = {eager: measure(labels, asr, model, smart, eager) for eager in eagers}
     finally:
         if server is not None:
             server.stop()
-    report(clips, labels, "python -m bench.turn_detection " + " ".join(sys.argv[1:]),
+    report(runs, labels, "python -m bench.turn_detection " + " ".join(sys.argv[1:]),
            model is not None, args.out, args.ready_ms)
 
 
-def report(clips: list[Clip], labels: list[dict], command: str, with_model: bool,
+def report(runs: dict[int, list[Clip]], labels: list[dict], command: str, with_model: bool,
            out: Path, ready_ms: float) -> None:
     cfg = TurnConfig()
     settings = [s for s in SETTINGS if with_model or "model" not in s]
-    results = [summarize(clips, s, cfg, ready) for s in settings
-               for ready in ((None, ready_ms) if s != "off" else (ready_ms,))]
+    results = [summarize(clips, s, cfg, ready_ms, eager) for eager, clips in runs.items()
+               for s in settings]
     m = machine()
-    asr_ms = [p.asr_ms for c in clips for p in c.pauses]
     meta = {"date": dt.date.today().isoformat(), "machine": m, "machine_line": describe(m),
             "command": command, "settings": settings, "ready_ms": ready_ms,
-            "clips": len(clips), "set": "assets/turns, " + ", ".join(
+            "clips": len(labels), "set": "assets/turns, " + ", ".join(
                 sorted({lb["voice"] for lb in labels})),
-            "asr_p50": round(percentile(asr_ms, 50) or 0, 1), "turn_config": vars(cfg),
-            "signals": [{"file": c.label["file"], "kind": c.label["kind"],
+            "asr_p50": {eager: round(percentile([p.asr_ms for c in clips for p in c.pauses],
+                                                50) or 0, 1)
+                        for eager, clips in runs.items()},
+            "turn_config": vars(cfg),
+            "signals": [{"file": c.label["file"], "kind": c.label["kind"], "eager_ms": eager,
                          "pauses": [vars(p) for p in c.pauses],
                          "ending": [unfinished_ending(p.text) for p in c.pauses]}
-                        for c in clips]}
+                        for eager, clips in runs.items() for c in clips]}
     out.mkdir(parents=True, exist_ok=True)
     (out / "turn_detection.json").write_text(json.dumps(
         {"meta": meta, "results": results}, indent=1, ensure_ascii=False))
     (out / "turn_detection.md").write_text(table(results, meta))
     for r in results:
         a = r["all"]
-        print(f"{r['setting']:>18}: cut {a['cut']}/{a['pause_clips']}, complete commit p50 "
-              f"{a['commit_p50']} p90 {a['commit_p90']} ms, {a['held_to_cap']} held to cap")
+        print(f"{r['setting']:>18} eager {r['eager_ms']:>3}: cut {a['cut']}/{a['pause_clips']}"
+              f" ({a['joined']} joined unheard), complete commit p50 {a['commit_p50']} p90 "
+              f"{a['commit_p90']} ms, {a['held_to_cap']} held to cap")
 
 
 if __name__ == "__main__":
