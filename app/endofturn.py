@@ -50,9 +50,13 @@ would can could shall should may might must""".split())
 # Prepositions a wh-question may end on ("Who did you go with?", "Where are you from?").
 STRANDED = frozenset("for with from about on of at in into off up out over by".split())
 WH_WORDS = frozenset("what who whom whose which where".split())
-# A verb with its indirect object only: the thing told, shown or given is still to come.
-UNFINISHED_PAIRS = frozenset((verb, "me") for verb in
-                             "tell show give send bring get find buy".split())
+# A verb with its indirect object only: the thing told, shown or given is still to come;
+# and a subject with a verb whose clause or object is still to come ("So I think ...", as
+# "觉得" below; not "I guess" or "I know", which answer a question).
+UNFINISHED_PAIRS = frozenset(
+    [(verb, "me") for verb in "tell show give send bring get find buy".split()]
+    + [(subject, verb) for subject in "i we you they".split()
+       for verb in "think want need hope believe wish".split()])
 # Mandarin endings that leave a clause open: connectives, prepositions, structural particles,
 # fillers ("那个", "就是"), verbs that need an object.
 UNFINISHED_ZH = ("和", "跟", "与", "或者", "还是", "但是", "可是", "不过", "因为", "所以",

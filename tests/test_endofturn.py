@@ -51,6 +51,9 @@ from tests.conftest import ASSETS
     ("Hello, who are you?", None),
     ("Thank you", None),
     ("I think they", "they"),
+    ("So I think", "i think"),
+    ("We need", "we need"),
+    ("Yeah, I guess.", None),
     ("今天天气怎么样？", None),
     ("", None),
 ])
