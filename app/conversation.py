@@ -379,8 +379,11 @@ class Conversation:
         f.utterance, f.continues = None, None
         with session.lock:
             current = f.current
+            latest = f.turns[max(f.turns)] if f.turns else None
         if current is not None and not current.committed:
             self._drop(session, current)
+        if latest is not None and latest.held_for_voice:
+            latest.voice_back(False)  # no more voice can come to drop it
 
     def on_vad(self, session: Session, event: VadEvent) -> None:
         f = self.floor(session)

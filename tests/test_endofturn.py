@@ -18,7 +18,7 @@ import pytest
 import soundfile as sf
 
 from app.config import AppConfig, Endpoint, TurnConfig
-from app.conversation import VOICE_GONE_MS, Conversation
+from app.conversation import MIC_STOP, VOICE_GONE_MS, Conversation
 from app.endofturn import TurnDetector, normalize, unfinished_ending
 from app.messages import EndOfTurn, MicFrame, PlayerReport, SpeechChunk, Transcript
 from app.metrics import TurnMetrics
@@ -247,6 +247,18 @@ def test_speech_after_a_commit_cancels_the_reply_unheard_and_continues_the_turn(
         assert until(lambda: page.sent() == 1)  # the whole sentence's reply is heard
         assert first.metrics.continued_in == second.turn_id and first.metrics.cancelled
         assert [m["content"] for m in page.session.chat] == [page.agent.text, ""]
+    finally:
+        page.close()
+
+
+def test_a_reply_held_for_the_voice_goes_when_the_microphone_stops():
+    page, speech, first = committed_at_its_verdict("What is the capital of France?")
+    try:
+        page.say(speech[6400:8000])
+        page.agent.reply_go.set()
+        assert until(lambda: first.audio_ready) and page.sent() == 0
+        page.listener.put(MIC_STOP)  # no more voice can come to drop it
+        assert until(lambda: page.sent() == 1) and not first.cancel.is_set()
     finally:
         page.close()
 
