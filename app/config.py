@@ -109,6 +109,10 @@ class AsrConfig:
     compute_type: str = "int8"
     """int8 on the CPU, float16 on the GPU (`--asr-device`)."""
     beam_size: int = 1
+    """Beam search width (`--asr-beam`). On the demo's tiny.en, 3 gave WER 0.039 against
+    greedy's 0.060 on the benchmark's clips offline (`python -m bench.wer.beam`), but in the
+    live voice-to-voice run 0.101 against 0.087, 1.09x slower with the AVX2 paths forced
+    (ASR 143 against 100 ms; docs/PERFORMANCE.md): greedy stays."""
     cpu_threads: int = 0
     """CTranslate2 threads; 0: one per core of `cpus`."""
     cpus: tuple[int, ...] = ()
@@ -250,6 +254,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--asr-detect-model", default="",
                    help="multilingual CTranslate2 dir that tells the language when "
                    "--asr-model is English-only (--demo: Whisper base)")
+    g.add_argument("--asr-beam", type=positive_int, default=AsrConfig.beam_size,
+                   help="Whisper's beam search width (1: greedy)")
     g.add_argument("--vad-silence-ms", type=int, default=VadConfig.silence_ms)
     g.add_argument("--vad-threshold", type=float, default=VadConfig.threshold)
     g.add_argument("--eager-ms", type=non_negative_int, default=None,
@@ -398,7 +404,7 @@ def from_args(args: argparse.Namespace) -> AppConfig:
                         continue_ms=args.turn_continue_ms),
         asr=AsrConfig(model=args.asr_model, language=args.language or "auto",
                       cpus=parse_cpus(args.asr_cpus), detect_model=args.asr_detect_model,
-                      device=args.asr_device, host=args.asr_host,
+                      device=args.asr_device, host=args.asr_host, beam_size=args.asr_beam,
                       compute_type="float16" if args.asr_device == "cuda" else "int8"),
         model_languages=tuple(x.strip() for x in (args.model_languages or "en,zh").split(",")
                               if x.strip()),

@@ -1,5 +1,6 @@
 """Where the voice-to-voice benchmark's word errors come from: the same questions' audio
-given to Whisper by different paths (bench.wer.mic_path, .endpointer_cut, .models)."""
+given to Whisper by different paths (bench.wer.mic_path, .endpointer_cut, .models) and
+decoded in different ways (.beam)."""
 
 from __future__ import annotations
 
@@ -23,9 +24,10 @@ OUT = ROOT / "docs" / "bench" / "asr_caps"
 TINY_EN = tiny_en_dir()  # the demo's ASR
 
 
-def whisper(path: str) -> Asr:
+def whisper(path: str, beam_size: int = AsrConfig.beam_size) -> Asr:
     """The app's ASR on `path`, English, as the demo runs it (2 threads, 10 s window)."""
-    asr = Asr(AsrConfig(model=path, language="en", cpu_threads=2, window_s=10.0))
+    asr = Asr(AsrConfig(model=path, language="en", cpu_threads=2, window_s=10.0,
+                        beam_size=beam_size))
     asr.setup()
     return asr
 
