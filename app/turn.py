@@ -1,10 +1,12 @@
 """One turn in flight, between the stages that produce it and the session that shows it.
 
 A voice turn starts speculatively at a short pause (`VadEvent` "pause"): ASR, the model and
-TTS run, but nothing reaches the conversation or the speaker until the endpointer commits
-the turn ("end"). If the user goes on instead ("resume"), the turn is discarded without a
-trace. A committed turn publishes its user message and reply into the session and releases
-the audio it holds; after that, text and audio flow straight through.
+TTS run, but nothing reaches the conversation or the speaker until the turn-taking commits
+the turn (the end-of-turn verdict, or the endpointer's "end"). If the user goes on instead
+("resume"), the turn is discarded without a trace. A committed turn publishes its user
+message and reply into the session and releases the audio it holds; after that, text and
+audio flow straight through, unless the user's voice came back before any of it went out
+(`voice_back`): then the audio waits until the voice goes, or is dropped unheard.
 
 The turn is also the one owner of its metrics: the stages stamp events (`stamp`), the
 player's reports arrive here, and `app.metrics.fill_timeline` derives every figure from
