@@ -3,12 +3,13 @@
 A turn's utterance is short, but `WhisperModel.transcribe` pads every input to Whisper's
 30 s window, so a 2 s question costs as much as 30 s of audio. CTranslate2's Whisper
 encodes a shorter window when given one: here the mel features are cut to `window_s`
-(10 s) and the model decodes greedily from the encoded window, through the public
-`WhisperModel.model` (a `ctranslate2.models.Whisper`) and faster-whisper's `Tokenizer`:
-several times faster, WER no worse (`python -m bench.asr`, docs/PERFORMANCE.md). Longer
-utterances take the full 30 s path, and so does a short one whose window transcript says
-the same phrase twice over ("Hello? Who are you? Hello? Who are you? Hello?" for words said
-once: the short window's own failure, seen on the GPU and on the CPU).
+(10 s), or to `short_window_s` (6 s) for a clip that fits it, and the model decodes
+greedily from the encoded window, through the public `WhisperModel.model` (a
+`ctranslate2.models.Whisper`) and faster-whisper's `Tokenizer`: several times faster, WER
+no worse (`python -m bench.asr`, docs/PERFORMANCE.md). Longer utterances take the full
+30 s path, and so does a short one whose window transcript says the same phrase twice over
+("Hello? Who are you? Hello? Who are you? Hello?" for words said once: the short window's
+own failure, seen on the GPU and on the CPU).
 
 Transcriptions run on a worker thread of their own. Requests that arrive while it is busy
 (many conversations on one app) are taken together: their windows encoded and decoded as
@@ -103,9 +104,11 @@ class Asr:
         # the first decode pays for lazy set-up (on a GPU: CUDA context, cuBLAS, kernels:
         # 13.4 s on the H200, docs/PERFORMANCE.md); pay it here, not in the user's first turn
         t0 = time.perf_counter()
-        noise = np.random.default_rng(0).normal(0, 0.01, RATE).astype(np.float32)
+        noise = np.random.default_rng(0).normal(0, 0.01, 30 * RATE).astype(np.float32)
         for model in filter(None, (self.model, self.detector)):
-            self._decode_window(model, noise, "en" if model is self.model else "auto")
+            for window in self.windows(noise[:RATE]):  # each window's shapes
+                self._decode_window(model, noise[:RATE], "en" if model is self.model
+                                    else "auto", window)
         self.warmup_ms = round((time.perf_counter() - t0) * 1000, 1)
 
     def _open(self, source: str):  # faster_whisper.WhisperModel
@@ -150,9 +153,10 @@ class Asr:
                 # _batchable: a known language, or an English-only model
                 lang = lang.pop() if self.model.model.is_multilingual else "en"
                 try:
+                    clips = [r.audio for r in batch]
                     results = self._generate(
-                        self.model, self._encode(self.model, [r.audio for r in batch]),
-                        len(batch), lang, max(len(r.audio) for r in batch) / RATE)
+                        self.model, self._encode(self.model, clips, self.window(*clips)),
+                        len(batch), lang, max(len(a) for a in clips) / RATE)
                 except Exception as exc:  # each caller hears of it, the worker goes on
                     for r in batch:
                         r.done.set_exception(exc)
@@ -176,29 +180,37 @@ class Asr:
     def _batchable(self, r: _Request) -> bool:
         """A short window in a known language (an English-only model: always English)."""
         lang = self._language(r)
-        return len(r.audio) / RATE <= self.cfg.window_s - 1.0 and (
+        return self.window(r.audio) is not None and (
             lang != "auto" or not self.model.model.is_multilingual and self.detector is None)
 
     def _transcribe(self, turn_id: int, audio: np.ndarray, language: str | None) -> Transcript:
         lang = language or self.cfg.language
         t0 = time.perf_counter()
         score = 0.0
-        short = len(audio) / RATE <= self.cfg.window_s - 1.0
-        if short:
-            text, detected, score = self._decode_window(self.model, audio, lang)
+        windows = self.windows(audio)
+        short = bool(windows)
+        for window, longer in zip(windows, [*windows[1:], 30.0], strict=False):
+            # a loop in a shorter window goes on to a longer one at once: warmer decodes
+            # there were slow (~300 ms) and seldom right, the next window's greedy one was
+            warmer = TEMPERATURES if longer == 30.0 else (0.0,)
+            text, detected, score = self._decode_window(self.model, audio, lang, window,
+                                                        warmer)
             if self.detector is not None and lang == "auto" and \
                     (score < UNSURE or compression_ratio(text) > MAX_COMPRESSION):
                 # the English-only model is unsure: ask the multilingual one which language
                 # this is (measured: English clips score -0.06 to -0.50, Mandarin ones
                 # -0.90 to -1.42 or loop), and let it transcribe any other language
-                detected = self._detect(audio)
+                detected = self._detect(audio, window)
                 if detected != "en":
                     text, detected, score = self._decode_window(self.detector, audio,
-                                                                detected)
-            if repeated(text):  # the 30 s window reads it as Whisper was trained to
-                log.info("turn %s: the %.0f s window wrote %r; reading the 30 s window",
-                         turn_id, self.cfg.window_s, text[:120])
-                short, lang = False, detected
+                                                                detected, window, warmer)
+            lang = detected
+            if not repeated(text) and compression_ratio(text) <= MAX_COMPRESSION:
+                break
+            # a longer window reads it right (the 30 s one as Whisper was trained to)
+            log.info("turn %s: the %.0f s window wrote %r; reading the %.0f s window",
+                     turn_id, window, text[:120], longer)
+            short = longer < 30
         if not short:
             segments, info = self.model.transcribe(
                 audio, language=None if lang == "auto" else lang,
@@ -211,20 +223,31 @@ class Asr:
             detected = info.language
         return Transcript(turn_id, text, detected, t0, time.perf_counter(), score)
 
-    def _encode(self, model, clips: list[np.ndarray]):  # CTranslate2 types
-        """The encoder output of `window_s` of mel frames of each clip (not Whisper's padded
-        30 s), as one batch."""
+    def windows(self, *clips: np.ndarray) -> list[float]:
+        """The windows that hold each of `clips` with a second to spare, shortest first
+        (none: Whisper's 30 s path)."""
+        longest = max(len(a) for a in clips) / RATE
+        return sorted(w for w in {self.cfg.short_window_s, self.cfg.window_s}
+                      if w and longest <= min(w, 30.0) - 1.0)
+
+    def window(self, *clips: np.ndarray) -> float | None:
+        """The window the encoder reads for `clips` (one shape for a batch)."""
+        return next(iter(self.windows(*clips)), None)
+
+    def _encode(self, model, clips: list[np.ndarray], window: float):  # CTranslate2 types
+        """The encoder output of `window` seconds of mel frames of the clips (not
+        Whisper's padded 30 s), as one batch."""
         import ctranslate2
 
-        frames = int(min(self.cfg.window_s, 30.0) * 100)
+        frames = int(window * 100)
         mel = np.stack([window_mel(model.feature_extractor, a, frames) for a in clips])
         features = ctranslate2.StorageView.from_array(np.ascontiguousarray(
             mel.astype(np.float32)))
         return model.model.encode(features, to_cpu=False)
 
-    def _detect(self, audio: np.ndarray) -> str:
+    def _detect(self, audio: np.ndarray, window: float) -> str:
         """The language of `audio` by the multilingual detector ("en", "zh", ...)."""
-        encoded = self._encode(self.detector, [audio])
+        encoded = self._encode(self.detector, [audio], window)
         return self.detector.model.detect_language(encoded)[0][0][0][2:-2]
 
     def _generate(self, model, encoded, count: int, lang: str, seconds: float,
@@ -258,17 +281,17 @@ class Asr:
             out.append((text, result.scores[0], compression_ratio(text) > MAX_COMPRESSION))
         return out
 
-    def _decode_window(self, model, audio: np.ndarray,
-                       lang: str) -> tuple[str, str, float]:
-        """Encode only `window_s` of mel frames, then decode greedily (or by beam), warmer
-        while the text loops: (text, language, the decoder's mean log-probability)."""
+    def _decode_window(self, model, audio: np.ndarray, lang: str, window: float,
+                       temperatures: tuple[float, ...] = TEMPERATURES) -> tuple[str, str, float]:
+        """Encode only `window` seconds of mel frames, then decode greedily (or by beam),
+        warmer while the text loops: (text, language, the decoder's mean log-probability)."""
         whisper = model.model
-        encoded = self._encode(model, [audio])
+        encoded = self._encode(model, [audio], window)
         if not whisper.is_multilingual:
             lang = "en"
         elif lang == "auto":
             lang = whisper.detect_language(encoded)[0][0][0][2:-2]  # "<|zh|>" -> "zh"
-        for temperature in TEMPERATURES:  # faster-whisper's fallback, as `transcribe` does
+        for temperature in temperatures:  # faster-whisper's fallback, as `transcribe` does
             text, score, loops = self._generate(model, encoded, 1, lang, len(audio) / RATE,
                                                 temperature)[0]
             if not loops:
@@ -292,9 +315,12 @@ def window_mel(fe, audio: np.ndarray, frames: int) -> np.ndarray:
 
 def repeated(text: str) -> bool:
     """Whether `text` is one phrase of two or more words written twice or more over, the
-    last copy perhaps cut short ("Hello? Who are you? Hello? Who are you? Hello?")."""
+    last copy perhaps cut short, inside a word too ("Hello? Who are you? Hello? Who are
+    you? Hello?", "... about dairlfriends Tell me something about dairlfriend": a loop
+    stopped by the length cap)."""
     w = words(text)
-    return any(all(w[i] == w[i % period] for i in range(len(w)))
+    return any(all(w[i] == w[i % period] for i in range(len(w) - 1))
+               and w[-1] and w[len(w) - 1 - period].startswith(w[-1])
                for period in range(2, len(w) // 2 + 1))
 
 

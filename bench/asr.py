@@ -1,12 +1,14 @@
-"""ASR latency and word error rate: Whisper's 30 s window against the app's 10 s window.
+"""ASR latency and word error rate: Whisper's 30 s window against the app's 10 s and 6 s ones.
 
   .venv/bin/python -m bench.asr [--model tiny.en|base]
 
-One model, two `app.asr.Asr` instances that differ only in `window_s` (30: faster-whisper's
-own `transcribe`, which pads every input to 30 s; 10: the app's default). Clips: the
-committed English recordings and the voice-to-voice benchmark's espeak-ng questions (two
-voices), each transcribed 4 times per window, windows alternating (first run dropped), on
-2 threads. Writes docs/bench/asr_cpu.json and .md; prints one summary line.
+One model, three `app.asr.Asr` instances that differ only in their windows (30 s:
+faster-whisper's own `transcribe`, which pads every input to 30 s; 10 s alone; the app's
+default, 6 s for a clip that fits it and 10 s else). Clips: the committed English
+recordings, the voice-to-voice benchmark's espeak-ng questions (two voices) and the
+labelled turn set's English sentences (assets/turns, other voices, 2-6 s), each
+transcribed 4 times per window, windows alternating (first run dropped), on 2 threads.
+Writes docs/bench/asr_cpu.json and .md; prints one summary line.
 """
 
 from __future__ import annotations
@@ -41,6 +43,11 @@ def clips(tmp: Path) -> list[tuple[str, str, np.ndarray]]:
             x, _ = sf.read(path, dtype="float32")
             pad = np.zeros(4000, np.float32)  # the endpointer's pre-roll and tail, about
             out.append((f"{v}: q{i}", q, np.concatenate([pad, x, pad])))
+    for label in json.loads((ROOT / "assets" / "turns" / "labels.json").read_text()):
+        if label["lang"] == "en":
+            x, _ = sf.read(ROOT / "assets" / "turns" / label["file"], dtype="float32")
+            x = x[:int((label["speech_end_s"] + 0.25) * 16000)]  # as the endpointer cuts
+            out.append((label["file"], label["text"], np.concatenate([pad, x])))
     return out
 
 
@@ -50,10 +57,12 @@ def main() -> None:
     args = p.parse_args()
     path = tiny_en_dir() if args.model == "tiny.en" \
         else str(MODELS / "whisper-base")
-    windows = {"30 s window": 30.0, "10 s window": 10.0}
+    windows = {"30 s window": (30.0, 0.0), "10 s window": (10.0, 0.0),
+               "6 s window where it fits": (AsrConfig.window_s, AsrConfig.short_window_s)}
     asrs = {}
-    for name, window in windows.items():
-        asrs[name] = Asr(AsrConfig(model=path, language="en", cpu_threads=2, window_s=window))
+    for name, (window, short) in windows.items():
+        asrs[name] = Asr(AsrConfig(model=path, language="en", cpu_threads=2, window_s=window,
+                                   short_window_s=short))
         asrs[name].setup()
     rows, edits = [], {k: [0, 0] for k in windows}
     with tempfile.TemporaryDirectory() as tmp:
@@ -83,11 +92,11 @@ def main() -> None:
     for r in rows:
         lines.append(f"| {r['clip']} | {r['seconds']} | "
                      + " | ".join(f"{r[f'{k} ms']} / {r[k]}" for k in windows) + " |")
-    a, b = windows
-    lines += ["", f"| | {a} | {b} |", "|---|---|---|",
-              f"| median ms per clip | {med[a]} | {med[b]} |",
-              f"| WER over {len(rows)} clips | {word_err[a]} | {word_err[b]} |",
-              "", f"Ratio {b} / {a}: {med[b] / med[a]:.2f}"]
+    a, b, c = windows
+    lines += ["", f"| | {a} | {b} | {c} |", "|---|---|---|---|",
+              f"| median ms per clip | {med[a]} | {med[b]} | {med[c]} |",
+              f"| WER over {len(rows)} clips | {word_err[a]} | {word_err[b]} | {word_err[c]} |",
+              "", f"Ratio {b} / {a}: {med[b] / med[a]:.2f}; {c} / {b}: {med[c] / med[b]:.2f}"]
     out = ROOT / "docs" / "bench"
     out.mkdir(parents=True, exist_ok=True)
     (out / "asr_cpu.json").write_text(json.dumps(
@@ -95,7 +104,7 @@ def main() -> None:
          "wer": word_err},
         indent=1))
     (out / "asr_cpu.md").write_text("\n".join(lines) + "\n")
-    print(f"{a}: {med[a]} ms, WER {word_err[a]} | {b}: {med[b]} ms, WER {word_err[b]}")
+    print(" | ".join(f"{k}: {med[k]} ms, WER {word_err[k]}" for k in windows))
 
 
 if __name__ == "__main__":

@@ -45,21 +45,30 @@ def test_missing_model_dir_says_what_to_do():
         Asr(AsrConfig(model="/nonexistent/whisper")).setup()
 
 
-def test_short_window_transcribes_like_the_whole_window():
-    """The app encodes a 10 s window for short utterances: the same words as Whisper's 30 s
-    window on the committed clips; a longer utterance takes the 30 s path."""
+def test_short_windows_transcribe_like_the_whole_window():
+    """The app encodes a 6 s window for an utterance that fits it, 10 s for one up to 9 s:
+    the same words as Whisper's 30 s window on the committed clips; a longer utterance
+    takes the 30 s path."""
     tiny = tiny_en_dir()
-    short, whole = (Asr(AsrConfig(model=tiny, language="en", window_s=w)) for w in (10, 30))
-    short.setup()
-    whole.setup()
+    six, ten, whole = (Asr(AsrConfig(model=tiny, language="en", window_s=w, short_window_s=s))
+                       for w, s in ((10, 6), (10, 0), (30, 0)))
+    for asr in (six, ten, whole):
+        asr.setup()
     for name in ("en_capital.wav", "en_joke.wav", "en_weather.wav", "en_hello.wav"):
         audio, _ = sf.read(ASSETS / name, dtype="float32")
-        a, b = short.process(1, audio).text, whole.process(1, audio).text
-        assert words(a) == words(b), (a, b)
+        assert six.window(audio) == 6 and ten.window(audio) == 10
+        a, b, c = (asr.process(1, audio).text for asr in (six, ten, whole))
+        assert words(a) == words(b) == words(c), (a, b, c)
         assert word_recall(TRANSCRIPTS[name], a) >= 0.8
     clip, _ = sf.read(ASSETS / "en_capital.wav", dtype="float32")
+    weather, _ = sf.read(ASSETS / "en_weather.wav", dtype="float32")
+    middle = np.concatenate([clip, np.zeros(16000 * 2, np.float32), weather])  # 7 s
+    assert six.window(middle) == 10 and six.window(clip, middle) == 10  # a batch: one shape
+    said = words(six.process(2, middle).text)
+    assert "capital" in said and "winter" in said, said
     long = np.concatenate([clip, np.zeros(16000 * 8, np.float32), clip])  # > 9 s
-    assert words(short.process(2, long).text).count("capital") == 2
+    assert six.window(long) is None
+    assert words(six.process(3, long).text).count("capital") == 2
 
 
 def test_requests_that_wait_together_are_decoded_as_one_batch():
@@ -110,8 +119,11 @@ def test_a_phrase_written_twice_over_is_recognised():
 
     assert repeated("Hello? Who are you? Hello? Who are you? Hello?")
     assert repeated("Tell me something about Tarovins Tell me something about Tarovins")
+    assert repeated("Tell me something about dairlfriends Tell me something about "
+                    "dairlfriends Tell me something about dairlfriend")  # cut at the cap
     for said in ("Hello, who are you?", "New York, New York is a song", "bye bye",
-                 "very very good", "Can you name three colors?"):
+                 "very very good", "Can you name three colors?", "so so sorry",
+                 "one two one twelve"):
         assert not repeated(said), said
 
 

@@ -1,7 +1,11 @@
-"""Run: .venv/bin/python -m bench.wer.endpointer_cut (about 1 min).
+"""Run: .venv/bin/python -m bench.wer.endpointer_cut (about 3 min).
 
 WER of tiny.en on the clips as the app's endpointer cuts them (the last pause's audio of
-each utterance) against the whole clips, the same 24 questions."""
+each utterance) against the whole clips, the same 24 questions, each at three start shifts
+(0, 10, 20 ms): for each speculative start (`eager_ms`), whether an earlier start loses
+the ends of words."""
+
+import dataclasses
 
 import numpy as np
 
@@ -11,11 +15,12 @@ from app.vad import Endpointer
 from bench.wer import TINY_EN, questions, record, score, whisper
 
 FRAME = 320  # 20 ms, as the page sends them
+EAGER_MS = (128, 96, 64, 32)
 
 
-def pauses(x: np.ndarray) -> list[np.ndarray]:
+def pauses(x: np.ndarray, eager_ms: int) -> list[np.ndarray]:
     """The audio of each `pause` the app's endpointer emits over `x`, in order."""
-    ep = Endpointer(VadConfig())
+    ep = Endpointer(dataclasses.replace(VadConfig(), eager_ms=eager_ms))
     out = []
     for k in range(0, len(x) - FRAME + 1, FRAME):
         for ev in ep.feed(MicFrame(k // FRAME, x[k : k + FRAME], (k + FRAME) / 16, 0.0)):
@@ -25,15 +30,18 @@ def pauses(x: np.ndarray) -> list[np.ndarray]:
 
 
 asr = whisper(TINY_EN)
-cuts: dict[str, list] = {"whole clip": [], "endpointer, last pause": [],
-                         "endpointer, first pause": []}
-for v, q, x in questions():
-    x = np.concatenate([np.zeros(16000, np.float32), x, np.zeros(24000, np.float32)])
-    cuts["whole clip"].append((v, q, np.concatenate([np.zeros(4000, np.float32), x[12000:]])))
-    found = pauses(x)
-    if found:
-        cuts["endpointer, last pause"].append((v, q, found[-1]))
-        cuts["endpointer, first pause"].append((v, q, found[0]))
+cuts: dict[str, list] = {"whole clip": []}
+for shift in (0, 160, 320):
+    for v, q, x in questions():
+        x = np.concatenate([np.zeros(16000 + shift, np.float32), x,
+                            np.zeros(24000, np.float32)])
+        cuts["whole clip"].append((v, q, np.concatenate([np.zeros(4000, np.float32),
+                                                         x[12000:]])))
+        for eager in EAGER_MS:
+            found = pauses(x, eager)
+            if found:
+                cuts.setdefault(f"endpointer at {eager} ms, last pause", []).append(
+                    (v, q, found[-1]))
 errors: list[str] = []
-record("endpointer_cut", {f"WER, {k}": score(asr, k, c, errors)[0] for k, c in cuts.items()},
-       errors)
+record("endpointer_cut", {f"WER, {k} (3 start shifts)": score(asr, k, c, errors)[0]
+                          for k, c in cuts.items()}, errors)
