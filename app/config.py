@@ -262,6 +262,9 @@ def parser() -> argparse.ArgumentParser:
                    "--asr-model is English-only (--demo: Whisper base)")
     g.add_argument("--asr-beam", type=positive_int, default=AsrConfig.beam_size,
                    help="Whisper's beam search width (1: greedy)")
+    g.add_argument("--asr-short-window-s", type=short_window, default=AsrConfig.short_window_s,
+                   help="the encoder window of an utterance a second shorter than it (2-9 s; "
+                   f"default {AsrConfig.short_window_s:g}; 0: the {AsrConfig.window_s:g} s one)")
     g.add_argument("--vad-silence-ms", type=int, default=VadConfig.silence_ms)
     g.add_argument("--vad-threshold", type=float, default=VadConfig.threshold)
     g.add_argument("--eager-ms", type=non_negative_int, default=None,
@@ -411,6 +414,7 @@ def from_args(args: argparse.Namespace) -> AppConfig:
         asr=AsrConfig(model=args.asr_model, language=args.language or "auto",
                       cpus=parse_cpus(args.asr_cpus), detect_model=args.asr_detect_model,
                       device=args.asr_device, host=args.asr_host, beam_size=args.asr_beam,
+                      short_window_s=args.asr_short_window_s,
                       compute_type="float16" if args.asr_device == "cuda" else "int8"),
         model_languages=tuple(x.strip() for x in (args.model_languages or "en,zh").split(",")
                               if x.strip()),
@@ -446,6 +450,15 @@ def non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
+def short_window(text: str) -> float:
+    value = float(text)
+    if value and not 2.0 <= value <= AsrConfig.window_s - 1.0:
+        raise argparse.ArgumentTypeError(
+            f"must be 0 (off) or 2-{AsrConfig.window_s - 1.0:g} s (an utterance gets a second "
+            f"to spare in it; longer ones take the {AsrConfig.window_s:g} s window), not {text}")
     return value
 
 

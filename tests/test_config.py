@@ -168,3 +168,13 @@ def test_the_speculative_start_comes_sooner_where_asr_runs_on_a_gpu():
 def test_the_model_request_goes_with_the_transcript_unless_told_to_wait():
     assert from_args(parser().parse_args(["--asr-device", "cuda"])).vad.model_after_ms == 0
     assert from_args(parser().parse_args(["--model-after-ms", "96"])).vad.model_after_ms == 96
+
+
+def test_the_asr_short_window_is_a_span_a_clip_fits_or_off(capsys):
+    assert from_args(parser().parse_args([])).asr.short_window_s == 6.0
+    assert from_args(parser().parse_args(["--asr-short-window-s", "0"])).asr.short_window_s == 0
+    assert from_args(parser().parse_args(["--asr-short-window-s", "4"])).asr.short_window_s == 4
+    for bad in ("1", "9.5", "-2"):
+        with pytest.raises(SystemExit):
+            parser().parse_args(["--asr-short-window-s", bad])
+        assert "must be 0 (off) or 2-9 s" in capsys.readouterr().err
