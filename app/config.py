@@ -123,12 +123,13 @@ class AsrConfig:
     window_s: float = 10.0
     """Audio window the encoder reads for a short utterance (Whisper's own: 30 s; longer
     utterances take it); `python -m bench.asr` compares the two (docs/PERFORMANCE.md)."""
-    short_window_s: float = 6.0
-    """The window of an utterance at least 1 s shorter than it (most questions: 2-5 s): the
-    encoder's cost follows the window. On the demo's tiny.en, 2 cores, it took a clip 72 ->
-    49 ms against the 10 s window, WER 0.060 -> 0.048 on the benchmark's questions and
-    0.052 -> 0.054 on the labelled set's sentences (`python -m bench.asr`,
-    docs/PERFORMANCE.md); 0 turns it off."""
+    short_window_s: float = 7.0
+    """The window of an utterance at least 1 s shorter than it (most questions: 1-4 s): the
+    encoder's cost follows the window. On the demo's ASR, 2 Xeon cores, the questions and
+    sentences as the page's microphone and the endpointer give them: 72 -> 52 ms a clip
+    (p50), WER 0.035 -> 0.026; 1 clip of 40 looped and was read again in the 10 s window
+    (6 s: 48 ms, WER 0.048, 3 loops; `python -m bench.wer.windows`, docs/PERFORMANCE.md).
+    0 turns it off."""
     batch: int = 16
     """At most this many waiting requests (other conversations' turns) decoded together."""
     host: str = ""

@@ -1,0 +1,87 @@
+"""Run: .venv/bin/python -m bench.wer.windows (about 4 min).
+
+The ASR window for short utterances (`--asr-short-window-s`), chosen on what the app
+hears: the benchmark's 24 questions and the labelled set's 16 finished English sentences
+(assets/turns, other voices) played through Chromium's microphone with the page's
+processing on, cut by the app's endpointer (each utterance's last speculative pause), and
+transcribed by the demo's ASR (tiny.en, the language told by Whisper base when unsure) with
+the 10 s window alone and with a short one of 8, 7 or 6 s: WER, ms per clip, and how many
+clips looped in the short window and were read again in a longer one."""
+
+import dataclasses
+import json
+import logging
+import statistics
+
+import numpy as np
+import soundfile as sf
+
+from app.asr import Asr
+from app.config import MODELS, ROOT, AsrConfig, VadConfig
+from app.messages import MicFrame
+from app.vad import Endpointer
+from bench.voice_to_voice import wer
+from bench.wer import TINY_EN, questions, record
+from bench.wer.capture import capture, layout
+
+FRAME = 320  # 20 ms, as the page sends them
+
+
+def last_pause(x: np.ndarray) -> np.ndarray | None:
+    """The audio of the last `pause` the app's endpointer emits over `x`."""
+    ep, last = Endpointer(VadConfig()), None
+    for k in range(0, len(x) - FRAME + 1, FRAME):
+        for ev in ep.feed(MicFrame(k // FRAME, x[k : k + FRAME], (k + FRAME) / 16, 0.0)):
+            if ev.kind == "pause":
+                last = ev.audio
+    return last
+
+
+class Reread(logging.Handler):
+    """Counts the app's 'reading the N s window' notes: a short window's transcript looped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += "reading the" in record.getMessage()
+
+
+said = [(v, q, x) for v, q, x in questions()]
+for label in json.loads((ROOT / "assets" / "turns" / "labels.json").read_text()):
+    if label["lang"] == "en" and label["kind"] == "complete":
+        x, _ = sf.read(ROOT / "assets" / "turns" / label["file"], dtype="float32")
+        said.append((label["file"], label["text"],
+                     x[: int((label["speech_end_s"] + 0.1) * 16000)] * 0.7))
+orig, spans = layout([x for _, _, x in said])
+(heard,) = capture(orig, [True])
+clips = []
+for (name, text, _), (a, z) in zip(said, spans, strict=True):
+    cut = last_pause(heard[a - 16000 : z + 16000])
+    if cut is not None:
+        clips.append((name, text, cut))
+reread = Reread()
+logging.getLogger("app.asr").addHandler(reread)
+logging.getLogger("app.asr").setLevel(logging.INFO)
+demo = AsrConfig(model=TINY_EN, language="auto", detect_model=str(MODELS / "whisper-base"),
+                 cpu_threads=2)
+results: dict[str, float] = {"clips cut by the endpointer": len(clips)}
+errors: list[str] = []
+for short in (0.0, 8.0, 7.0, 6.0):
+    name = f"{short:g} s window, else 10 s" if short else "10 s window"
+    asr = Asr(dataclasses.replace(demo, short_window_s=short))
+    asr.setup()
+    reread.count, edits, words, took = 0, 0, 0, []
+    for clip, ref, audio in clips:
+        t = asr.process(0, audio)
+        took.append((t.asr_end - t.asr_start) * 1000)
+        e, n = wer(ref, t.text)
+        edits, words = edits + e, words + n
+        if e:
+            errors.append(f"{name}, {clip}: {ref} -> {t.text} [{t.language}]")
+    results[f"WER, {name}"] = round(edits / words, 3)
+    results[f"ms per clip p50 / p90 / max, {name}"] = " / ".join(
+        f"{v:.1f}" for v in (statistics.median(took), np.percentile(took, 90), max(took)))
+    results[f"clips read again in a longer window, {name}"] = reread.count
+record("windows", results, errors)
