@@ -197,9 +197,16 @@ class Asr:
                                                         warmer)
             if self.detector is not None and lang == "auto" and \
                     (score < UNSURE or compression_ratio(text) > MAX_COMPRESSION):
-                # the English-only model is unsure: ask the multilingual one which language
-                # this is (measured: English clips score -0.06 to -0.50, Mandarin ones
-                # -0.90 to -1.42 or loop), and let it transcribe any other language
+                # the English-only model is unsure (measured: English clips score -0.06 to
+                # -0.50, Mandarin ones -0.90 to -1.42 or loop). It is more often so in a
+                # short window, and there the multilingual model took English for Japanese
+                # (2 turns of 48 live): hear it in the longer window first.
+                if longer < 30:
+                    log.info("turn %s: unsure in the %.0f s window (%r); reading the %.0f s "
+                             "window", turn_id, window, text[:120], longer)
+                    continue
+                # ask the multilingual model which language this is, and let it transcribe
+                # any other language
                 detected = self._detect(audio, window)
                 if detected != "en":
                     text, detected, score = self._decode_window(self.detector, audio,

@@ -126,10 +126,10 @@ class AsrConfig:
     short_window_s: float = 7.0
     """The window of an utterance at least 1 s shorter than it (most questions: 1-4 s): the
     encoder's cost follows the window. On the demo's ASR, 2 Xeon cores, the questions and
-    sentences as the page's microphone and the endpointer give them: 72 -> 52 ms a clip
-    (p50), WER 0.035 -> 0.026; 1 clip of 40 looped and was read again in the 10 s window
-    (6 s: 48 ms, WER 0.048, 3 loops; `python -m bench.wer.windows`, docs/PERFORMANCE.md).
-    0 turns it off."""
+    sentences as the page's microphone and the endpointer give them: 77 -> 55 ms a clip
+    (p50), WER 0.040 -> 0.026; 4 clips of 40 looped or left tiny.en unsure and were read
+    again in the 10 s window (6 s: 50 ms, WER 0.031, 7 read again; `python -m
+    bench.wer.windows`, docs/PERFORMANCE.md). 0 turns it off."""
     batch: int = 16
     """At most this many waiting requests (other conversations' turns) decoded together."""
     host: str = ""
