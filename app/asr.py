@@ -3,8 +3,8 @@
 A turn's utterance is short, but `WhisperModel.transcribe` pads every input to Whisper's
 30 s window, so a 2 s question costs as much as 30 s of audio. CTranslate2's Whisper
 encodes a shorter window when given one: here the mel features are cut to `window_s`
-(10 s), or to `short_window_s` (7 s) for a clip that fits it, and the model decodes
-greedily from the encoded window, through the public `WhisperModel.model` (a
+(10 s), or to `short_window_s` (off by default) for a clip that fits it, and the model
+decodes greedily from the encoded window, through the public `WhisperModel.model` (a
 `ctranslate2.models.Whisper`) and faster-whisper's `Tokenizer`: several times faster, WER
 no worse (`python -m bench.asr`, docs/PERFORMANCE.md). Longer utterances take the full
 30 s path, and so does a short one whose window transcript says the same phrase twice over

@@ -123,13 +123,16 @@ class AsrConfig:
     window_s: float = 10.0
     """Audio window the encoder reads for a short utterance (Whisper's own: 30 s; longer
     utterances take it); `python -m bench.asr` compares the two (docs/PERFORMANCE.md)."""
-    short_window_s: float = 7.0
-    """The window of an utterance at least 1 s shorter than it (most questions: 1-4 s): the
-    encoder's cost follows the window. On the demo's ASR, 2 Xeon cores, the questions and
-    sentences as the page's microphone and the endpointer give them: 77 -> 55 ms a clip
-    (p50), WER 0.040 -> 0.026; 4 clips of 40 looped or left tiny.en unsure and were read
-    again in the 10 s window (6 s: 50 ms, WER 0.031, 7 read again; `python -m
-    bench.wer.windows`, docs/PERFORMANCE.md). 0 turns it off."""
+    short_window_s: float = 0.0
+    """A shorter window for an utterance at least 1 s shorter than it (0: off, the 10 s one
+    for all). The encoder's cost follows the window: on the demo's ASR, 2 Xeon cores, the
+    questions and sentences as the page's microphone and the endpointer give them, 7 s
+    took 77 -> 55 ms a clip (p50), WER 0.040 -> 0.026 (`python -m bench.wer.windows`).
+    But live, in three voice-to-voice runs with the AVX2 paths forced, it moved the turn's
+    end 22-41 ms earlier (p50) and the ear not at all (0.99-1.09x), while its p90 rose
+    100-300 ms (4 in 40 clips loop or leave tiny.en unsure in a short window and are read
+    again in the 10 s one) and the WER came out higher in all three (docs/PERFORMANCE.md):
+    off by default."""
     batch: int = 16
     """At most this many waiting requests (other conversations' turns) decoded together."""
     host: str = ""
@@ -264,8 +267,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--asr-beam", type=positive_int, default=AsrConfig.beam_size,
                    help="Whisper's beam search width (1: greedy)")
     g.add_argument("--asr-short-window-s", type=short_window, default=AsrConfig.short_window_s,
-                   help="the encoder window of an utterance a second shorter than it (2-9 s; "
-                   f"default {AsrConfig.short_window_s:g}; 0: the {AsrConfig.window_s:g} s one)")
+                   help="a shorter encoder window for an utterance a second shorter than it "
+                   f"(2-9 s; default 0: the {AsrConfig.window_s:g} s one for all)")
     g.add_argument("--vad-silence-ms", type=int, default=VadConfig.silence_ms)
     g.add_argument("--vad-threshold", type=float, default=VadConfig.threshold)
     g.add_argument("--eager-ms", type=non_negative_int, default=None,

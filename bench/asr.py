@@ -3,11 +3,12 @@
   .venv/bin/python -m bench.asr [--model tiny.en|base]
 
 One model, three `app.asr.Asr` instances that differ only in their windows (30 s:
-faster-whisper's own `transcribe`, which pads every input to 30 s; 10 s alone; the app's
-default, 7 s for a clip that fits it and 10 s else). Clips: the committed English
-recordings, the voice-to-voice benchmark's espeak-ng questions (two voices) and the
-labelled turn set's English sentences (assets/turns, other voices, 2-6 s), each
-transcribed 4 times per window, windows alternating (first run dropped), on 2 threads.
+faster-whisper's own `transcribe`, which pads every input to 30 s; 10 s alone, the app's
+default; `--asr-short-window-s 7`: 7 s for a clip that fits it and 10 s else). Clips:
+the committed English recordings, the voice-to-voice benchmark's espeak-ng questions (two
+voices) and the labelled turn set's English sentences (assets/turns, other voices,
+2-6 s), each transcribed 4 times per window, windows alternating (first run dropped), on
+2 threads.
 Writes docs/bench/asr_cpu.json and .md; prints one summary line.
 """
 
@@ -58,8 +59,7 @@ def main() -> None:
     path = tiny_en_dir() if args.model == "tiny.en" \
         else str(MODELS / "whisper-base")
     windows = {"30 s window": (30.0, 0.0), "10 s window": (10.0, 0.0),
-               f"{AsrConfig.short_window_s:g} s window where it fits": (
-                   AsrConfig.window_s, AsrConfig.short_window_s)}
+               "7 s window where it fits": (AsrConfig.window_s, 7.0)}
     asrs = {}
     for name, (window, short) in windows.items():
         asrs[name] = Asr(AsrConfig(model=path, language="en", cpu_threads=2, window_s=window,

@@ -171,7 +171,7 @@ def test_the_model_request_goes_with_the_transcript_unless_told_to_wait():
 
 
 def test_the_asr_short_window_is_a_span_a_clip_fits_or_off(capsys):
-    assert from_args(parser().parse_args([])).asr.short_window_s == 7.0
+    assert from_args(parser().parse_args([])).asr.short_window_s == 0
     assert from_args(parser().parse_args(["--asr-short-window-s", "0"])).asr.short_window_s == 0
     assert from_args(parser().parse_args(["--asr-short-window-s", "4"])).asr.short_window_s == 4
     for bad in ("1", "9.5", "-2"):
