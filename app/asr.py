@@ -200,7 +200,8 @@ class Asr:
                 # the English-only model is unsure (measured: English clips score -0.06 to
                 # -0.50, Mandarin ones -0.90 to -1.42 or loop). It is more often so in a
                 # short window, and there the multilingual model took English for Japanese
-                # (2 turns of 48 live): hear it in the longer window first.
+                # (twice in the live runs of docs/PERFORMANCE.md): hear it in the longer
+                # window first.
                 if longer < 30:
                     log.info("turn %s: unsure in the %.0f s window (%r); reading the %.0f s "
                              "window", turn_id, window, text[:120], longer)
