@@ -104,11 +104,11 @@ class Asr:
         # the first decode pays for lazy set-up (on a GPU: CUDA context, cuBLAS, kernels:
         # 13.4 s on the H200, docs/PERFORMANCE.md); pay it here, not in the user's first turn
         t0 = time.perf_counter()
-        noise = np.random.default_rng(0).normal(0, 0.01, 30 * RATE).astype(np.float32)
+        noise = np.random.default_rng(0).normal(0, 0.01, RATE).astype(np.float32)
         for model in filter(None, (self.model, self.detector)):
-            for window in self.windows(noise[:RATE]):  # each window's shapes
-                self._decode_window(model, noise[:RATE], "en" if model is self.model
-                                    else "auto", window)
+            for window in self.windows(noise):  # each window's shapes
+                self._decode_window(model, noise, "en" if model is self.model else "auto",
+                                    window)
         self.warmup_ms = round((time.perf_counter() - t0) * 1000, 1)
 
     def _open(self, source: str):  # faster_whisper.WhisperModel

@@ -46,9 +46,9 @@ def test_missing_model_dir_says_what_to_do():
 
 
 def test_short_windows_transcribe_like_the_whole_window():
-    """The app encodes a 7 s window for an utterance that fits it, 10 s for one up to 9 s:
-    the same words as Whisper's 30 s window on the committed clips; a longer utterance
-    takes the 30 s path."""
+    """With `--asr-short-window-s 7` the app encodes a 7 s window for an utterance that fits
+    it, 10 s (the default for all) for one up to 9 s: the same words as Whisper's 30 s
+    window on the committed clips; a longer utterance takes the 30 s path."""
     tiny = tiny_en_dir()
     seven, ten, whole = (Asr(AsrConfig(model=tiny, language="en", window_s=w,
                                        short_window_s=s)) for w, s in ((10, 7), (10, 0), (30, 0)))

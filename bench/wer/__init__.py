@@ -4,6 +4,7 @@ decoded in different ways (.beam)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import sys
@@ -15,12 +16,15 @@ import numpy as np
 import soundfile as sf
 
 from app.asr import Asr
-from app.config import ROOT, AsrConfig
+from app.config import ROOT, AsrConfig, VadConfig
 from app.machine import describe, machine
+from app.messages import MicFrame
 from app.prepare import tiny_en_dir
+from app.vad import Endpointer
 from bench.voice_to_voice import QUESTIONS, VOICES, speak, wer
 
 OUT = ROOT / "docs" / "bench" / "asr_caps"
+FRAME = 320  # 20 ms, as the page sends them
 TINY_EN = tiny_en_dir()  # the demo's ASR
 
 
@@ -44,20 +48,33 @@ def questions() -> list[tuple[str, str, np.ndarray]]:
     return out
 
 
+def pauses(x: np.ndarray, eager_ms: int = VadConfig.eager_ms) -> list[np.ndarray]:
+    """The audio of each `pause` the app's endpointer emits over `x` (16 kHz, fed in the
+    page's 20 ms frames), in order."""
+    ep = Endpointer(dataclasses.replace(VadConfig(), eager_ms=eager_ms))
+    out = []
+    for k in range(0, len(x) - FRAME + 1, FRAME):
+        for ev in ep.feed(MicFrame(k // FRAME, x[k : k + FRAME], (k + FRAME) / 16, 0.0)):
+            if ev.kind == "pause":
+                out.append(ev.audio)
+    return out
+
+
 def score(asr: Asr, label: str, clips: list[tuple[str, str, np.ndarray]],
           errors: list[str]) -> tuple[float, list[float]]:
     """WER of `asr` over `clips` (voice, reference, audio) and the seconds each took; each
-    misheard clip is added to `errors`, named by `label` and its voice."""
+    misheard clip is added to `errors`, named by `label` and its voice, with the language
+    the transcript came out in."""
     edits = words = 0
     took = []
     for voice, ref, audio in clips:
         t0 = time.perf_counter()
-        text = asr.process(0, audio).text
+        heard = asr.process(0, audio)
         took.append(time.perf_counter() - t0)
-        e, n = wer(ref, text)
+        e, n = wer(ref, heard.text)
         edits, words = edits + e, words + n
         if e:
-            errors.append(f"{label}, {voice}: {ref} -> {text}")
+            errors.append(f"{label}, {voice}: {ref} -> {heard.text} [{heard.language}]")
     return round(edits / words, 3), took
 
 

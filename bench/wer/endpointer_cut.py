@@ -5,28 +5,11 @@ each utterance) against the whole clips, the same 24 questions, each at three st
 (0, 10, 20 ms): for each speculative start (`eager_ms`), whether an earlier start loses
 the ends of words."""
 
-import dataclasses
-
 import numpy as np
 
-from app.config import VadConfig
-from app.messages import MicFrame
-from app.vad import Endpointer
-from bench.wer import TINY_EN, questions, record, score, whisper
+from bench.wer import TINY_EN, pauses, questions, record, score, whisper
 
-FRAME = 320  # 20 ms, as the page sends them
 EAGER_MS = (128, 96, 64, 32)
-
-
-def pauses(x: np.ndarray, eager_ms: int) -> list[np.ndarray]:
-    """The audio of each `pause` the app's endpointer emits over `x`, in order."""
-    ep = Endpointer(dataclasses.replace(VadConfig(), eager_ms=eager_ms))
-    out = []
-    for k in range(0, len(x) - FRAME + 1, FRAME):
-        for ev in ep.feed(MicFrame(k // FRAME, x[k : k + FRAME], (k + FRAME) / 16, 0.0)):
-            if ev.kind == "pause":
-                out.append(ev.audio)
-    return out
 
 
 asr = whisper(TINY_EN)

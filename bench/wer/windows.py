@@ -17,24 +17,9 @@ import numpy as np
 import soundfile as sf
 
 from app.asr import Asr
-from app.config import MODELS, ROOT, AsrConfig, VadConfig
-from app.messages import MicFrame
-from app.vad import Endpointer
-from bench.voice_to_voice import wer
-from bench.wer import TINY_EN, questions, record
+from app.config import MODELS, ROOT, AsrConfig
+from bench.wer import TINY_EN, pauses, questions, record, score
 from bench.wer.capture import capture, layout
-
-FRAME = 320  # 20 ms, as the page sends them
-
-
-def last_pause(x: np.ndarray) -> np.ndarray | None:
-    """The audio of the last `pause` the app's endpointer emits over `x`."""
-    ep, last = Endpointer(VadConfig()), None
-    for k in range(0, len(x) - FRAME + 1, FRAME):
-        for ev in ep.feed(MicFrame(k // FRAME, x[k : k + FRAME], (k + FRAME) / 16, 0.0)):
-            if ev.kind == "pause":
-                last = ev.audio
-    return last
 
 
 class Reread(logging.Handler):
@@ -58,9 +43,9 @@ orig, spans = layout([x for _, _, x in said])
 (heard,) = capture(orig, [True])
 clips = []
 for (name, text, _), (a, z) in zip(said, spans, strict=True):
-    cut = last_pause(heard[a - 16000 : z + 16000])
-    if cut is not None:
-        clips.append((name, text, cut))
+    cut = pauses(heard[a - 16000 : z + 16000])
+    if cut:
+        clips.append((name, text, cut[-1]))
 reread = Reread()
 logging.getLogger("app.asr").addHandler(reread)
 logging.getLogger("app.asr").setLevel(logging.INFO)
@@ -72,16 +57,10 @@ for short in (0.0, 8.0, 7.0, 6.0):
     name = f"{short:g} s window, else 10 s" if short else "10 s window"
     asr = Asr(dataclasses.replace(demo, short_window_s=short))
     asr.setup()
-    reread.count, edits, words, took = 0, 0, 0, []
-    for clip, ref, audio in clips:
-        t = asr.process(0, audio)
-        took.append((t.asr_end - t.asr_start) * 1000)
-        e, n = wer(ref, t.text)
-        edits, words = edits + e, words + n
-        if e:
-            errors.append(f"{name}, {clip}: {ref} -> {t.text} [{t.language}]")
-    results[f"WER, {name}"] = round(edits / words, 3)
+    reread.count = 0
+    results[f"WER, {name}"], took = score(asr, name, clips, errors)
+    ms = [t * 1000 for t in took]
     results[f"ms per clip p50 / p90 / max, {name}"] = " / ".join(
-        f"{v:.1f}" for v in (statistics.median(took), np.percentile(took, 90), max(took)))
+        f"{v:.1f}" for v in (statistics.median(ms), np.percentile(ms, 90), max(ms)))
     results[f"clips read again in a longer window, {name}"] = reread.count
 record("windows", results, errors)
