@@ -26,6 +26,9 @@ class TurnMetrics:
     (anchor, sent once the primary turn finished) or "concurrent" (sent with the primary)."""
     asr_ms: float | None = None
     """ASR call start -> transcript ready."""
+    utterance_ms: float | None = None
+    """Length of the user's audio the transcript was read from (a turn that continued an
+    earlier one: both parts)."""
     ttft_ms: float | None = None
     """Chat request sent -> first non-empty content delta received."""
     ms_per_token: float | None = None

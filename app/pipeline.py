@@ -29,7 +29,7 @@ from app.chunking import SentenceChunker
 from app.config import AppConfig, Endpoint
 from app.endofturn import TurnDetector
 from app.llm import ChatStream, LlmError, OpenAIChat, StreamStats, client_for, prefill
-from app.messages import ReplyPiece, SpeechChunk, Transcript
+from app.messages import RATE, ReplyPiece, SpeechChunk, Transcript
 from app.metrics import TurnMetrics, fill_rival
 from app.padding import (
     CARD_BLOCKS,
@@ -182,7 +182,7 @@ class Agent:
                 tr = self.asr.process(turn.turn_id, audio)
             except Exception as exc:  # a broken model file or runtime error: report the stage
                 return self._fail(turn, "asr", f"speech recognition failed: {exc}")
-            turn.transcribed(tr)
+            turn.transcribed(tr, len(audio) / RATE)
             if heard is not None:
                 heard(turn, tr, audio)
             text, language = tr.text, tr.language if language == "auto" else language

@@ -152,7 +152,9 @@ class Turn:
         return self._committed
 
     # --- what the stages produce --------------------------------------------------------------
-    def transcribed(self, tr: Transcript) -> None:
+    def transcribed(self, tr: Transcript, audio_s: float) -> None:
+        """The transcript of `audio_s` seconds of the user's audio is known."""
+        self.metrics.utterance_ms = ms(audio_s)
         self.stamp("asr_decode", tr.asr_start)
         self.stamp("asr_end", tr.asr_end)
         self.stamp("asr_handed")

@@ -34,6 +34,7 @@ def test_voice_turn_fills_every_figure(agent):
     for name in ("asr_ms", "ttft_ms", "llm_turn_ms", "tts_first_audio_ms", "first_piece_ms"):
         assert getattr(m, name) > 0, name
     assert m.reply_tokens >= 2 and m.ms_per_token > 0 and m.prompt_tokens > 10
+    assert m.utterance_ms == round(len(audio) / 16, 1)  # the audio the transcript came from
     assert 1 <= m.first_piece_tokens <= m.reply_tokens
     # the stages happened in the chain's order
     line = m.timeline
