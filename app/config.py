@@ -31,18 +31,22 @@ class VadConfig:
     """Trailing silence that ends an utterance."""
     min_speech_ms: int = 250
     """Shorter bursts (clicks, coughs) are not utterances."""
-    eager_ms: int = 128
+    eager_ms: int = 64
     """Trailing silence after which the turn starts speculatively (ASR, model and TTS run;
     the audio is held until the end of the turn is decided, and dropped if the user goes
-    on). 0 turns speculation off. With ASR on a GPU the default is `GPU_EAGER_MS`."""
-    model_after_ms: int = 0
+    on). 0 turns speculation off. With ASR on a GPU the default is `GPU_EAGER_MS`. On the
+    CPU 64 against 128 ended finished questions 60 ms sooner (p50 219 against 279 ms after
+    the last voiced frame, AVX2 paths forced; 205 against 269 native) at no cost at the ear
+    (1.01x and 0.92x) and none in WER, which the start does not move
+    (`python -m bench.wer.endpointer_cut`; docs/PERFORMANCE.md)."""
+    model_after_ms: int = 128
     """Trailing silence after which a speculative turn sends its model request (at or
-    below `eager_ms`: as soon as its transcript is known). ASR at a short gap between words
-    is cheap on a GPU; the model request is not when many callers share one server: a
-    dropped one still costs it a prefill and slows every stream's steps. On one H200 at
-    32 conversations, 96 took voice-to-voice p50 from 426-913 to 361-452 ms; for one
-    conversation it adds ~70 ms (docs/PERFORMANCE.md, "H200: the model request after a
-    longer silence"), so 0 stays the default."""
+    below `eager_ms`: as soon as its transcript is known), so that a short gap between
+    words costs ASR only. With ASR on a GPU the default is `GPU_MODEL_AFTER_MS`. Many
+    callers on one GPU: 96 took voice-to-voice p50 from 426-913 to 361-452 ms at 32
+    conversations on one H200, and added ~70 ms for one (docs/PERFORMANCE.md, "H200: the
+    model request after a longer silence"). On the CPU a decode takes longer than 64 ms, so
+    a request after a whole word goes with its transcript as before."""
     barge_in_ms: int = 500
     """While the agent speaks, each this much of the user's speech pauses the reply and
     checks the words (app/conversation.py): a command ("wait", "stop") interrupts at once,
@@ -55,15 +59,24 @@ class VadConfig:
 GPU_EAGER_MS = 32
 """The speculative start with ASR on a GPU: one silent VAD frame. A start there costs a
 ~15 ms decode on the GPU (and a short request if the silence outlasts it); on the CPU a
-decode takes a core for 200-400 ms, so a start at every short gap between words would cost
-the turns that follow. With it, and the stages' other changes, the GPU voice-to-voice p50
+decode takes a core for 80-150 ms, so a start at every gap between words would cost the
+turns that follow. With it, and the stages' other changes, the GPU voice-to-voice p50
 went 375 -> 202 ms (docs/PERFORMANCE.md, "GPU: the chain around the model")."""
+GPU_MODEL_AFTER_MS = 0
+"""With ASR on a GPU the model request goes with the transcript: waiting cost one
+conversation ~70 ms on an H200 (`VadConfig.model_after_ms`)."""
 
 
 def eager_ms(args: argparse.Namespace) -> int:
     if args.eager_ms is not None:
         return args.eager_ms
     return GPU_EAGER_MS if args.asr_device == "cuda" else VadConfig.eager_ms
+
+
+def model_after_ms(args: argparse.Namespace) -> int:
+    if args.model_after_ms is not None:
+        return args.model_after_ms
+    return GPU_MODEL_AFTER_MS if args.asr_device == "cuda" else VadConfig.model_after_ms
 
 
 @dataclass
@@ -274,11 +287,11 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--eager-ms", type=non_negative_int, default=None,
                    help="silence after which a turn starts speculatively (0: off; default "
                    f"{VadConfig.eager_ms}, {GPU_EAGER_MS} with --asr-device cuda)")
-    g.add_argument("--model-after-ms", type=non_negative_int,
-                   default=VadConfig.model_after_ms,
+    g.add_argument("--model-after-ms", type=non_negative_int, default=None,
                    help="silence after which a speculative turn sends its model request "
-                   "(default 0: with its transcript); many callers on one GPU: 96, so a "
-                   "gap between words sends none to the shared server")
+                   f"(default {VadConfig.model_after_ms}, {GPU_MODEL_AFTER_MS} with "
+                   "--asr-device cuda: with its transcript); many callers on one GPU: 96, "
+                   "so a gap between words sends none to the shared server")
     g.add_argument("--turn-detector", default=TurnConfig.detector, choices=DETECTORS,
                    help="how the end of a turn is decided: off (the fixed --vad-silence-ms), "
                    "or signals joined by +: words (an open ending: 'for', 'and', '因为'), "
@@ -411,7 +424,7 @@ def from_args(args: argparse.Namespace) -> AppConfig:
         persona_tag=AppConfig.persona_tag if args.persona_tag is None else args.persona_tag,
         language=args.language or "auto",
         vad=VadConfig(threshold=args.vad_threshold, silence_ms=args.vad_silence_ms,
-                      eager_ms=eager_ms(args), model_after_ms=args.model_after_ms,
+                      eager_ms=eager_ms(args), model_after_ms=model_after_ms(args),
                       barge_in_ms=args.barge_in_ms),
         turn=TurnConfig(detector=args.turn_detector, cap_ms=args.turn_cap_ms,
                         continue_ms=args.turn_continue_ms),

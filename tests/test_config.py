@@ -158,15 +158,20 @@ def test_gpu_servers_take_the_card_and_voice_flags(tmp_path):
 def test_the_speculative_start_comes_sooner_where_asr_runs_on_a_gpu():
     from app.config import GPU_EAGER_MS, VadConfig
 
-    assert from_args(parser().parse_args([])).vad.eager_ms == VadConfig.eager_ms == 128
+    assert from_args(parser().parse_args([])).vad.eager_ms == VadConfig.eager_ms == 64
     gpu = from_args(parser().parse_args(["--asr-device", "cuda"]))
     assert gpu.vad.eager_ms == GPU_EAGER_MS == 32
     assert from_args(parser().parse_args(["--asr-device", "cuda", "--eager-ms", "0"])) \
         .vad.eager_ms == 0  # a flag given wins, 0 (no speculation) too
 
 
-def test_the_model_request_goes_with_the_transcript_unless_told_to_wait():
-    assert from_args(parser().parse_args(["--asr-device", "cuda"])).vad.model_after_ms == 0
+def test_the_model_request_waits_for_a_longer_silence_on_the_cpu_only():
+    from app.config import GPU_MODEL_AFTER_MS, VadConfig
+
+    assert from_args(parser().parse_args([])).vad.model_after_ms == VadConfig.model_after_ms \
+        == 128
+    assert from_args(parser().parse_args(["--asr-device", "cuda"])).vad.model_after_ms \
+        == GPU_MODEL_AFTER_MS == 0
     assert from_args(parser().parse_args(["--model-after-ms", "96"])).vad.model_after_ms == 96
 
 
