@@ -214,7 +214,7 @@ class Asr:
                     continue
                 # ask the multilingual model which language this is, and let it transcribe
                 # any other language
-                detected = self._detect(audio, window)
+                detected = self.language(audio, window)
                 if detected != "en":
                     text, detected, score = self._decode_window(self.detector, audio,
                                                                 detected, window, warmer)
@@ -259,12 +259,17 @@ class Asr:
             mel.astype(np.float32)))
         return model.model.encode(features, to_cpu=False)
 
-    def _detect(self, audio: np.ndarray, window: float) -> str:
-        """The language of `audio` by the multilingual detector ("en", "zh", ...): English
-        unless it is sure of another (`SURE_LANGUAGE`)."""
-        encoded = self._encode(self.detector, [audio], window)
-        token, p = self.detector.model.detect_language(encoded)[0][0]
-        return token[2:-2] if p >= SURE_LANGUAGE else "en"
+    def languages(self, audio: np.ndarray, window: float | None = None) -> dict[str, float]:
+        """The multilingual detector's probability of each language for `audio`, highest
+        first ({"en": 0.93, "la": 0.02, ...})."""
+        encoded = self._encode(self.detector, [audio], window or self.window(audio) or 30.0)
+        return {tok[2:-2]: p for tok, p in self.detector.model.detect_language(encoded)[0]}
+
+    def language(self, audio: np.ndarray, window: float | None = None) -> str:
+        """The language of `audio` by the detector ("en", "zh", ...): English unless it is
+        sure of another (`SURE_LANGUAGE`)."""
+        lang, p = next(iter(self.languages(audio, window).items()))
+        return lang if p >= SURE_LANGUAGE else "en"
 
     def _generate(self, model, encoded, count: int, lang: str, seconds: float,
                   temperature: float = 0.0) -> list[tuple[str, float, bool]]:
