@@ -1,0 +1,57 @@
+"""Run: .venv/bin/python -m bench.wer.languages (about 2 min).
+
+How sure the demo's language detector (Whisper base) is, on the clips the demo hears: the
+voice-to-voice benchmark's questions, the labelled set's English and Mandarin sentences and
+the committed recordings, each at three start shifts (0, 10, 20 ms). Per clip: tiny.en's
+mean log-probability (below `app.asr.UNSURE` the app asks the detector) and the detector's
+top languages. The result chooses `app.asr.SURE_LANGUAGE`: the lowest probability of a
+Mandarin clip's "zh" against the highest of an English clip's other language."""
+
+import json
+
+import numpy as np
+import soundfile as sf
+
+from app.asr import UNSURE, Asr
+from app.config import MODELS, ROOT, AsrConfig
+from bench.wer import TINY_EN, questions, record
+
+SHIFTS = (0, 160, 320)  # samples at 16 kHz
+
+clips = [("en", f"{q} ({v})", x) for v, q, x in questions()]
+for label in json.loads((ROOT / "assets" / "turns" / "labels.json").read_text()):
+    x, _ = sf.read(ROOT / "assets" / "turns" / label["file"], dtype="float32")
+    clips.append((label["lang"], label["file"], x))
+for name in ("en_capital.wav", "en_hello.wav", "en_joke.wav", "en_weather.wav",
+             "zh_intro.wav", "zh_music.wav", "zh_weather.wav"):
+    x, _ = sf.read(ROOT / "assets" / name, dtype="float32")
+    clips.append((name[:2], name, x))
+
+asr = Asr(AsrConfig(model=TINY_EN, language="auto", detect_model=str(MODELS / "whisper-base"),
+                    cpu_threads=2))
+english = Asr(AsrConfig(model=TINY_EN, language="en", cpu_threads=2))  # its score alone
+asr.setup()
+english.setup()
+own = {"en": [], "zh": []}  # the detector's probability of the clip's own language
+other: list[tuple[float, str]] = []  # its top language where that is not the clip's
+unsure = {"en": 0, "zh": 0}
+for shift in SHIFTS:
+    for lang, name, x in clips:
+        x = np.concatenate([np.zeros(shift, np.float32), x])
+        unsure[lang] += english.process(0, x).score < UNSURE
+        probs = asr.languages(x)
+        top = max(probs, key=probs.get)
+        own[lang].append(probs.get(lang, 0.0))
+        if top != lang:
+            other.append((probs[top], f"{name} +{shift // 16} ms: {top} {probs[top]:.2f}"))
+readings = {k: len(v) for k, v in own.items()}
+results = {
+    "readings (English / Mandarin)": f"{readings['en']} / {readings['zh']}",
+    "tiny.en unsure (English / Mandarin readings)": f"{unsure['en']} / {unsure['zh']}",
+    "Mandarin: the detector's zh, lowest": round(min(own["zh"]), 2),
+    "English: the detector's en, lowest": round(min(own["en"]), 2),
+    "readings whose top language was not their own": len(other),
+    "highest probability of a wrong top language": round(max((p for p, _ in other),
+                                                              default=0.0), 2),
+}
+record("languages", results, [line for _, line in sorted(other, reverse=True)])
