@@ -63,3 +63,17 @@ def wav_bytes(pcm: np.ndarray, sample_rate: int) -> bytes:
     buf = io.BytesIO()
     sf.write(buf, pcm, sample_rate, format="WAV", subtype="PCM_16")
     return buf.getvalue()
+
+
+def keep_heard(folder: Path, stem: str, audio: np.ndarray, text: str, language: str,
+               score: float) -> None:
+    """`audio` (16 kHz float) as `folder/stem.wav`, and its transcript as a line of
+    `folder/heard.tsv` (file, language, the decoder's mean log-probability, text)."""
+    import soundfile as sf
+
+    folder.mkdir(parents=True, exist_ok=True)
+    sf.write(folder / f"{stem}.wav", audio, RATE, subtype="FLOAT")
+    line = "\t".join([f"{stem}.wav", language, f"{score:.3f}",
+                      " ".join(text.split())])  # one line, whatever the text holds
+    with open(folder / "heard.tsv", "a", encoding="utf-8") as f:
+        f.write(line + "\n")

@@ -231,6 +231,9 @@ class AppConfig:
     the secure context its microphone needs. Empty: plain HTTP."""
     ssl_keyfile: str = ""
     """PEM private key of `ssl_certfile` (empty: it is in the certificate file)."""
+    keep_audio: Path | None = None
+    """A folder where each voice turn's audio, as ASR read it, is written with its
+    transcript (what the agent heard, for finding why it misheard); None: nothing is kept."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -277,6 +280,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--asr-detect-model", default="",
                    help="multilingual CTranslate2 dir that tells the language when "
                    "--asr-model is English-only (--demo: Whisper base)")
+    g.add_argument("--keep-audio", type=Path, default=None, metavar="DIR",
+                   help="write each voice turn's audio as ASR read it (SID-TURN.wav) and its "
+                   "transcript (DIR/heard.tsv): what the agent heard")
     g.add_argument("--asr-beam", type=positive_int, default=AsrConfig.beam_size,
                    help="Whisper's beam search width (1: greedy)")
     g.add_argument("--asr-short-window-s", type=short_window, default=AsrConfig.short_window_s,
@@ -441,7 +447,7 @@ def from_args(args: argparse.Namespace) -> AppConfig:
                       stand_in=args.tts_stand_in),
         host=args.host, port=args.port, auth=auth, cpus=parse_cpus(args.cpus),
         max_sessions=args.max_sessions, ssl_certfile=args.ssl_certfile,
-        ssl_keyfile=args.ssl_keyfile,
+        ssl_keyfile=args.ssl_keyfile, keep_audio=args.keep_audio,
     )
 
 

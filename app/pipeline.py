@@ -25,6 +25,7 @@ import numpy as np
 
 from app.asr import Asr, Transcriber
 from app.asrhost import RemoteAsr
+from app.audio import keep_heard
 from app.chunking import SentenceChunker
 from app.config import AppConfig, Endpoint
 from app.endofturn import TurnDetector
@@ -185,6 +186,9 @@ class Agent:
             turn.transcribed(tr, len(audio) / RATE)
             if heard is not None:
                 heard(turn, tr, audio)
+            if self.cfg.keep_audio is not None:  # after the verdict: off its path
+                keep_heard(self.cfg.keep_audio, f"{session.sid[:8]}-{turn.turn_id}", audio,
+                           tr.text, tr.language, tr.score)
             text, language = tr.text, tr.language if language == "auto" else language
             if not text:
                 return self._fail(turn, "asr", "No words recognised; please try again.")

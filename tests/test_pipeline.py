@@ -15,10 +15,10 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def agent(endpoint):
+def agent(endpoint, tmp_path_factory):
     cfg = AppConfig(primary=endpoint, persona=ROOT / "persona" / "small-en.md", language="en",
                     llm=LlmConfig(max_tokens=40, repetition_penalty=1.15),
-                    tts=TtsConfig(engine="offline"))
+                    tts=TtsConfig(engine="offline"), keep_audio=tmp_path_factory.mktemp("heard"))
     a = Agent(cfg)
     a.setup()
     return a
@@ -35,6 +35,13 @@ def test_voice_turn_fills_every_figure(agent):
         assert getattr(m, name) > 0, name
     assert m.reply_tokens >= 2 and m.ms_per_token > 0 and m.prompt_tokens > 10
     assert m.utterance_ms == round(len(audio) / 16, 1)  # the audio the transcript came from
+    # --keep-audio: what ASR read, and what it wrote
+    kept, _ = sf.read(agent.cfg.keep_audio / f"{session.sid[:8]}-{m.turn_id}.wav",
+                      dtype="float32")
+    assert np.array_equal(kept, audio)
+    name, language, _, text = (agent.cfg.keep_audio / "heard.tsv").read_text() \
+        .splitlines()[-1].split("\t")
+    assert (language, text) == ("en", session.history[0]["content"])
     assert 1 <= m.first_piece_tokens <= m.reply_tokens
     # the stages happened in the chain's order
     line = m.timeline
