@@ -650,7 +650,10 @@ class Conversation:
     # --- the page's player ------------------------------------------------------------------
     def on_report(self, session: Session, report: PlayerReport) -> None:
         f = self.floor(session)
-        if report.kind == "audible":
+        turn = f.turns.get(report.turn_id)
+        if report.kind == "audible" and (turn is None or not turn.cancel.is_set()):
+            # a reply already told to stop (the user went on) whose audio was on its way is
+            # no agent speaking: speech then is the user's, not speech over the agent
             f.speaking, f.audible_ms = report.turn_id, report.t_ms
         if report.kind in ("done", "stopped") and f.speaking == report.turn_id:
             f.speaking = 0
@@ -658,6 +661,5 @@ class Conversation:
             f.reply_ended_ms = report.t_ms
         if report.kind == "paused" and report.turn_id == f.paused_turn:
             f.paused_silent_ms = report.t_ms
-        turn = f.turns.get(report.turn_id)
         if turn is not None:
             turn.on_player(report)

@@ -339,6 +339,25 @@ def test_a_turn_not_heard_yet_is_continued_too(loop):
     assert conversation.agent.ran == [(4, 32000)] and floor.turns[4].continues is first
 
 
+def test_a_stopped_replys_late_audio_does_not_make_the_going_on_speech_over_it(loop):
+    """CI's stuck run: the user went on, the reply was told to stop, but a piece already on
+    its way played for 40 ms ("audible", then "stopped"). The rest of the sentence, misheard
+    as noise by a check over the reply, was dropped and nothing answered it. The stopped
+    reply's late audio is not the agent speaking: the rest continues the turn."""
+    conversation, session, sent = talk(loop, [("To be full.", -1.3)])
+    floor = conversation.floor(session)
+    first = answered(conversation, session, playing=False)
+    conversation.on_vad(session, event("speech_start", speech_ms=300, last_voiced_ms=2000))
+    assert sent() == ["stop"] and first.cancel.is_set() and floor.continues is first
+    conversation.on_report(session, PlayerReport("audible", 3, t_ms=2050.0))
+    conversation.on_vad(session, event("speech_long", last_voiced_ms=2200, frame_ms=2200))
+    assert sent() == [] and floor.speaking == 0  # no pause, no check over a silent agent
+    conversation.on_report(session, PlayerReport("stopped", 3, t_ms=2090.0))
+    conversation.on_vad(session, event("pause", seconds=1.0, last_voiced_ms=2500))
+    floor.turns[4].thread.join(5)
+    assert conversation.agent.ran == [(4, 32000)] and floor.turns[4].continues is first
+
+
 def over_the_audible_reply(loop, said: str):
     """The user's last turn (voiced until 1,000) answered audibly from 1,500; the user spoke
     again from 1,700, and at its first check (ASR: `said`) the reply paused, silent at
