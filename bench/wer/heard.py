@@ -21,21 +21,20 @@ import numpy as np
 import soundfile as sf
 
 from app.asr import Asr
-from app.config import MODELS, AsrConfig
 from bench.voice_to_voice import wer
-from bench.wer import TINY_EN, questions, record
+from bench.wer import DEMO, questions, record
 
 
-def locate(heard: np.ndarray, clip: np.ndarray) -> tuple[float, int]:
+def locate(heard: np.ndarray, clip: np.ndarray) -> tuple[float, np.ndarray]:
     """The best normalised correlation of `heard` inside `clip` padded with silence, and
-    the offset (samples) of heard's start in the clip."""
+    the clip's samples over that span (as long as `heard`)."""
     pad = np.concatenate([np.zeros(len(heard)), clip, np.zeros(len(heard))])
     n = 1 << int(np.ceil(np.log2(len(pad) + len(heard))))
     c = np.fft.irfft(np.fft.rfft(pad, n) * np.conj(np.fft.rfft(heard, n)), n)[: len(pad)]
     at = int(np.argmax(c))
     seg = pad[at: at + len(heard)]
     norm = float(np.linalg.norm(seg) * np.linalg.norm(heard)) or 1.0
-    return float(c[at]) / norm, at - len(heard)
+    return float(c[at]) / norm, seg.astype(np.float32)
 
 
 def main() -> None:
@@ -44,24 +43,21 @@ def main() -> None:
     p.add_argument("folder", type=Path, help="an app's --keep-audio folder")
     args = p.parse_args()
     said = [(f"{q} ({v})", q, x / 0.7) for v, q, x in questions()]  # the synthesised level
-    asr = Asr(AsrConfig(model=TINY_EN, language="auto", detect_model=str(MODELS / "whisper-base"),
-                        cpu_threads=2))
+    asr = Asr(DEMO)
     asr.setup()
     rows, lines, skipped = [], [], []
     for line in (args.folder / "heard.tsv").read_text(encoding="utf-8").splitlines():
         name, _, _, live = line.split("\t")
         heard, _ = sf.read(args.folder / name, dtype="float32")
-        score, at, which = max(((*locate(heard, x), i) for i, (_, _, x) in enumerate(said)),
-                               key=lambda r: r[0])
+        score, same, which = max(((*locate(heard, x), i) for i, (_, _, x) in enumerate(said)),
+                                 key=lambda r: r[0])
         label, question, clip = said[which]
         if score < 0.3 or len(heard) < 0.6 * len(clip):  # a fragment: a speculative start
             skipped.append(f"not matched: {name} {live!r} (correlation {score:.2f}, "
                            f"{len(heard) / len(clip):.2f} of {label})")
             continue
-        pad = np.concatenate([np.zeros(len(heard)), clip, np.zeros(len(heard))])
-        same = pad[len(heard) + at: len(heard) + at + len(heard)]
         again = asr.process(0, heard).text
-        source = asr.process(0, same.astype(np.float32)).text
+        source = asr.process(0, same).text
         rows.append({"live": wer(question, live)[0], "again": wer(question, again)[0],
                      "source": wer(question, source)[0], "words": wer(question, "")[1],
                      "corr": score})

@@ -13,8 +13,8 @@ import numpy as np
 import soundfile as sf
 
 from app.asr import UNSURE, Asr
-from app.config import MODELS, ROOT, AsrConfig
-from bench.wer import TINY_EN, questions, record
+from app.config import ROOT
+from bench.wer import DEMO, TINY_EN, questions, record, whisper
 
 SHIFTS = (0, 160, 320)  # samples at 16 kHz
 
@@ -27,11 +27,9 @@ for name in ("en_capital.wav", "en_hello.wav", "en_joke.wav", "en_weather.wav",
     x, _ = sf.read(ROOT / "assets" / name, dtype="float32")
     clips.append((name[:2], name, x))
 
-asr = Asr(AsrConfig(model=TINY_EN, language="auto", detect_model=str(MODELS / "whisper-base"),
-                    cpu_threads=2))
-english = Asr(AsrConfig(model=TINY_EN, language="en", cpu_threads=2))  # its score alone
+asr = Asr(DEMO)
 asr.setup()
-english.setup()
+english = whisper(TINY_EN)  # tiny.en alone: its score
 own = {"en": [], "zh": []}  # the detector's probability of the clip's own language
 other: list[tuple[float, str]] = []  # its top language where that is not the clip's
 unsure = {"en": 0, "zh": 0}

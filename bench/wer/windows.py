@@ -17,8 +17,8 @@ import numpy as np
 import soundfile as sf
 
 from app.asr import Asr
-from app.config import MODELS, ROOT, AsrConfig
-from bench.wer import TINY_EN, pauses, questions, record, score
+from app.config import ROOT
+from bench.wer import DEMO, pauses, questions, record, score
 from bench.wer.capture import capture, layout
 
 
@@ -49,13 +49,11 @@ for (name, text, _), (a, z) in zip(said, spans, strict=True):
 reread = Reread()
 logging.getLogger("app.asr").addHandler(reread)
 logging.getLogger("app.asr").setLevel(logging.INFO)
-demo = AsrConfig(model=TINY_EN, language="auto", detect_model=str(MODELS / "whisper-base"),
-                 cpu_threads=2)
 results: dict[str, float] = {"clips cut by the endpointer": len(clips)}
 errors: list[str] = []
 for short in (0.0, 8.0, 7.0, 6.0):
     name = f"{short:g} s window, else 10 s" if short else "10 s window"
-    asr = Asr(dataclasses.replace(demo, short_window_s=short))
+    asr = Asr(dataclasses.replace(DEMO, short_window_s=short))
     asr.setup()
     reread.count = 0
     results[f"WER, {name}"], took = score(asr, name, clips, errors)
