@@ -32,6 +32,8 @@ Agent speaking (its reply is playing in the page), an utterance over it ("over")
     end, the reply over        the reply played out during the utterance: a turn only if
                                the user spoke on after its last sample (its echo gone) and
                                the words are not the reply's echo or no words
+    An utterance begun before the reply played out is over it even if its speech_start
+    (confirmed some voiced frames in) comes after the page's "done".
     An interruption stops the reply (the history keeps what was heard) and the utterance
     becomes the next turn. After one echo verdict in a reply, its later first checks run
     without pausing it (the pause comes only if the words are not the echo again).
@@ -110,6 +112,8 @@ class Floor:
     """The reply the current utterance began over."""
     reply_ended_ms: float | None = None
     """Browser time at which the last reply played out (the page's "done")."""
+    ended_turn: int = 0
+    """The turn whose reply played out then."""
     paused_turn: int = 0
     """Turn whose reply the page holds paused for the user's speech (0: none)."""
     paused_silent_ms: float | None = None
@@ -389,7 +393,7 @@ class Conversation:
         f = self.floor(session)
         with session.lock:
             current = f.current
-        speaking = f.speaking != 0
+        speaking = f.speaking != 0 or self._began_under_the_reply(f, event)
         if f.utterance in ("over", "pending", "resumed") \
                 or (speaking and f.utterance is None):
             # speech over the agent: nothing but an interruption may come of it
@@ -422,7 +426,7 @@ class Conversation:
         f = self.floor(session)
         if event.kind == "speech_start":
             if f.utterance is None:
-                f.utterance, f.utterance_over = "over", f.speaking
+                f.utterance, f.utterance_over = "over", f.speaking or f.ended_turn
                 self._began(session, event)
         elif event.kind == "end":
             if f.utterance == "pending" and self._went_on(session, event):
@@ -450,6 +454,16 @@ class Conversation:
             if f.utterance == "pending" and not self._after_silence(session, event):
                 return  # the reply is not silent yet, or this is its echo's tail
             self._check_interruption(session, event)
+
+    @staticmethod
+    def _began_under_the_reply(f: Floor, event: VadEvent) -> bool:
+        """Whether an utterance whose start is confirmed only now began while the last reply
+        was still playing: the echo of its last words. Its `speech_start` needs some voiced
+        frames, so it can come after the page's "done" (CI: 2 of 10 echo runs made a turn
+        of the echoed last word, "Fire.")."""
+        ended = f.reply_ended_ms
+        return event.kind == "speech_start" and f.utterance is None and ended is not None \
+            and event.last_voiced_ms - event.speech_ms < ended
 
     def _after_the_reply(self, session: Session, event: VadEvent) -> None:
         """The reply ended while this utterance, begun over it, went on. It is the user's
@@ -658,7 +672,7 @@ class Conversation:
         if report.kind in ("done", "stopped") and f.speaking == report.turn_id:
             f.speaking = 0
         if report.kind == "done":
-            f.reply_ended_ms = report.t_ms
+            f.reply_ended_ms, f.ended_turn = report.t_ms, report.turn_id
         if report.kind == "paused" and report.turn_id == f.paused_turn:
             f.paused_silent_ms = report.t_ms
         if turn is not None:

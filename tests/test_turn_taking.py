@@ -233,7 +233,8 @@ def test_own_voice_through_the_speakers_does_not_interrupt(page, clips):
     # the echo did not become turns of its own: every user message is the question
     users = page.evaluate("() => [...document.querySelectorAll('#va-chat .message-row.user-row')]"
                           ".map(e => e.innerText)")
-    assert sum("stay warm" not in u.lower() for u in users) <= RUNS - NEEDED, users
+    assert sum("stay warm" not in u.lower() for u in users) <= RUNS - NEEDED, \
+        failed(outcomes, page, since, user_messages=users)
 
 
 def test_a_real_interruption_stops_the_reply_fast_and_cuts_history(tt_url, clips):
