@@ -259,16 +259,22 @@ def test_the_echo_of_a_replys_last_words_is_not_a_turn(loop):
     assert sent() == []
 
 
+def speech_confirmed_after_done(loop, confirmed_ms: float):
+    """The reply (turn 3) played out at 2,000 (the page's "done"), then a speech_start at
+    `confirmed_ms`, 250 voiced ms in: (conversation, session, sent, floor)."""
+    conversation, session, sent = talk(loop, [])
+    session.next_turn = 4
+    conversation.on_report(session, PlayerReport("done", 3, t_ms=2000.0, heard=(1.0,)))
+    conversation.on_vad(session, event("speech_start", speech_ms=250,
+                                       last_voiced_ms=confirmed_ms, frame_ms=confirmed_ms))
+    return conversation, session, sent, conversation.floor(session)
+
+
 def test_an_echo_confirmed_as_speech_after_the_reply_ended_is_not_a_turn(loop):
     """CI's echo run: the last word's echo began under the reply, but its speech_start (some
     voiced frames in) came after the page's "done". It made a turn of the echoed word
     ("Fire.") before: the agent answered its own voice."""
-    conversation, session, sent = talk(loop, [])
-    floor = conversation.floor(session)
-    session.next_turn = 4
-    conversation.on_report(session, PlayerReport("done", 3, t_ms=2000.0, heard=(1.0,)))
-    conversation.on_vad(session, event("speech_start", speech_ms=250, last_voiced_ms=2100.0,
-                                       frame_ms=2100.0))
+    conversation, session, sent, floor = speech_confirmed_after_done(loop, 2100.0)
     assert floor.utterance == "over" and floor.utterance_over == 3
     conversation.on_vad(session, event("pause", last_voiced_ms=2120.0))
     conversation.on_vad(session, event("end", last_voiced_ms=2120.0))
@@ -276,12 +282,7 @@ def test_an_echo_confirmed_as_speech_after_the_reply_ended_is_not_a_turn(loop):
 
 
 def test_speech_begun_after_the_reply_ended_is_the_users_turn_as_before(loop):
-    conversation, session, sent = talk(loop, [])
-    floor = conversation.floor(session)
-    session.next_turn = 4
-    conversation.on_report(session, PlayerReport("done", 3, t_ms=2000.0, heard=(1.0,)))
-    conversation.on_vad(session, event("speech_start", speech_ms=250, last_voiced_ms=2300.0,
-                                       frame_ms=2300.0))
+    conversation, session, sent, floor = speech_confirmed_after_done(loop, 2300.0)
     assert floor.utterance is None
     conversation.on_vad(session, event("pause", seconds=1.0, last_voiced_ms=2900.0))
     floor.turns[4].thread.join(5)
