@@ -241,6 +241,8 @@ class Conversation:
                     and self._listeners[session.sid].session is session:
                 del self._listeners[session.sid]
             return
+        if not isinstance(item, MicFrame) and (latest := self._latest_voice_turn(session)):
+            latest.recheck_mic()  # the frames may have stopped coming
         f.anchor.next(self._idle(session))
 
     # --- the A/B anchor, only while the conversation is idle ---------------------------------
@@ -270,18 +272,25 @@ class Conversation:
         for event in endpointer.feed(frame):
             self.on_vad(session, event)
         self._release_model(session)
+        latest = self._latest_voice_turn(session)
+        if latest is not None:  # before a commit sends the audio it holds
+            latest.mic_heard(session.clock.to_server(frame.captured_ms))
         self._commit_if_decided(session)
         self._hold_for_voice(session, endpointer)
+
+    def _latest_voice_turn(self, session: Session) -> Turn | None:
+        f = self.floor(session)
+        with session.lock:  # the turn in flight, or the newest one if its chain is over
+            latest = f.turns[max(f.turns)] if f.turns else None
+        return latest if latest is not None and latest.last_voiced_ms is not None else None
 
     def _hold_for_voice(self, session: Session, endpointer: Endpointer) -> None:
         """A committed voice turn's reply waits while the user's voice is back and none of
         it has gone to the page: the verdict may have taken a pause to think for the end
         (a Whisper fragment such as "...a table for it."), and the utterance the voice
         becomes cancels the reply unheard and joins its words (`Floor.continues`)."""
-        f = self.floor(session)
-        with session.lock:  # the turn in flight, or the newest one if its chain is over
-            latest = f.turns[max(f.turns)] if f.turns else None
-        if latest is not None and latest.committed and latest.last_voiced_ms is not None:
+        latest = self._latest_voice_turn(session)
+        if latest is not None and latest.committed:
             quiet = endpointer.quiet_ms
             latest.voice_back(quiet is not None and quiet < VOICE_GONE_MS)
 
@@ -388,6 +397,8 @@ class Conversation:
             self._drop(session, current)
         if latest is not None and latest.held_for_voice:
             latest.voice_back(False)  # no more voice can come to drop it
+        if latest is not None:
+            latest.mic_heard(None)  # nor any frame to wait for
 
     def on_vad(self, session: Session, event: VadEvent) -> None:
         f = self.floor(session)

@@ -74,6 +74,10 @@ class TurnMetrics:
     """First reply piece complete -> its audio synthesised."""
     held_ms: float | None = None
     """First audio ready before the turn was committed: how long it waited for the commit."""
+    mic_wait_ms: float | None = None
+    """The first audio waited this long for the microphone's frames: they came in late, and
+    until they caught up the turn-taking could not know whether the user's voice was back
+    (app/turn.py `_mic_behind`)."""
     transport_ms: float | None = None
     """First audio sent by the server -> received by the page."""
     playback_ms: float | None = None
@@ -122,7 +126,8 @@ LABELS = {
     "eot_wait_ms": "end-of-turn wait ms", "asr_after_speech_ms": "ASR done after speech ms",
     "first_piece_ms": "first piece tokens ms", "transport_ms": "transport ms",
     "playback_ms": "playback start ms", "interrupt_ms": "interrupt-to-silence ms",
-    "held_ms": "held for commit ms", "handoff_ms": "hand-offs ms",
+    "held_ms": "held for commit ms", "mic_wait_ms": "waited for the microphone ms",
+    "handoff_ms": "hand-offs ms",
 }
 # Server stage events in the order a turn passes them (the waterfall's rows).
 STAGES = ["start", "asr_start", "asr_decode", "asr_end", "asr_handed", "judged", "model_go",
@@ -222,6 +227,8 @@ def fill_timeline(m: TurnMetrics, stamps: dict[str, float], last_voiced_ms: floa
     m.tts_first_audio_ms = span("first_piece", "first_audio")
     held = span("first_audio", "committed")
     m.held_ms = held if held is not None and held > 0 else None
+    if "mic_behind" in stamps and "first_sent" in stamps:
+        m.mic_wait_ms = ms(stamps["first_sent"] - stamps["mic_behind"])
     m.transport_ms = span("first_sent", "received")
     gaps = [g for a, b, _ in HANDOFFS if (g := handoff(a, b)) is not None]
     m.handoff_ms = round(sum(gaps), 1) if gaps else None

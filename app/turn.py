@@ -6,7 +6,10 @@ the turn (the end-of-turn verdict, or the endpointer's "end"). If the user goes 
 ("resume"), the turn is discarded without a trace. A committed turn publishes its user
 message and reply into the session and releases the audio it holds; after that, text and
 audio flow straight through, unless the user's voice came back before any of it went out
-(`voice_back`): then the audio waits until the voice goes, or is dropped unheard.
+(`voice_back`): then the audio waits until the voice goes, or is dropped unheard. The first
+audio also waits while the turn-taking has not heard the microphone up to the moment it is
+ready (`mic_heard`): on a busy machine frames come in late, in bursts, and the voice may be
+back already in the ones still on their way.
 
 The turn is also the one owner of its metrics: the stages stamp events (`stamp`), the
 player's reports arrive here, and `app.metrics.fill_timeline` derives every figure from
@@ -31,6 +34,11 @@ from app.metrics import TurnMetrics, fill_llm, fill_timeline, ms
 from app.session import Session
 
 log = logging.getLogger(__name__)
+MIC_SLACK_S = 0.06
+"""The microphone counts as heard "up to now" when the newest frame handled was captured
+this recently: the page sends one every 20-40 ms."""
+MIC_IDLE_S = 1.0
+"""No frame handled for this long: the microphone is off, the first audio waits for none."""
 
 
 def _set(event: threading.Event) -> threading.Event:
@@ -76,8 +84,13 @@ class Turn:
     """The user's voice came back after the commit, before any of the reply was sent: the
     reply's audio waits (`voice_back`)."""
     _end_waits: bool = False
-    """The chain ended while the reply waited for the user's voice: its "end" goes after
-    the audio."""
+    """The chain ended while the reply's audio waited (for the user's voice or the
+    microphone): its "end" goes after the audio."""
+    _heard: tuple[float, float] | None = None
+    """(server time at which the newest microphone frame the turn-taking has handled was
+    captured, server time it handled it): `mic_heard`; None without a microphone."""
+    _mic_wait: float | None = None
+    """When the first audio began to wait for the microphone's frames (`_mic_behind`)."""
     _user_msg: dict | None = None
     _chat_user: dict | None = None
     _reply_msg: dict | None = None
@@ -227,7 +240,8 @@ class Turn:
             self.pieces[chunk.index] = chunk.text
             if self.collect is not None:
                 self.collect.append(chunk)
-            hold = not self._published or self._voice_back
+            hold = not self._published or self._voice_back or bool(self._held) \
+                or self._mic_behind()
             if hold:
                 self._held.append(chunk)
         if not hold:
@@ -249,13 +263,54 @@ class Turn:
             self._voice_back = back
             if back:
                 self.stamp("voice_back")
-            elif self._published:
-                held, self._held = self._held, []
-                for chunk in held:  # under the lock: before an "end" the turn sends
-                    self._send(chunk)
-                if self._end_waits:
-                    self._end_waits = False
-                    self._send_end()
+            else:
+                self._release()
+
+    def mic_heard(self, captured_s: float | None) -> None:
+        """The turn-taking thread has handled the microphone up to a frame captured at
+        `captured_s` (server time); None: the microphone stopped, no frame will come. Audio
+        that waited for the frames to catch up goes once they have."""
+        with self.session.lock:
+            self._heard = None if captured_s is None else (captured_s, time.perf_counter())
+            self._release()
+
+    def recheck_mic(self) -> None:
+        """No frame came with the item the turn-taking thread handled: audio that waited for
+        the microphone goes once none has come for `MIC_IDLE_S`."""
+        with self.session.lock:
+            self._release()
+
+    def _mic_behind(self) -> bool:
+        """Under the lock, with audio to send and none sent yet: whether the turn-taking
+        has not yet heard the microphone up to the moment the audio was ready (its newest
+        frame captured more than `MIC_SLACK_S` before). It cannot know then whether the
+        user's voice is back: a CI run had the reply audible 120 ms after the user went on,
+        its frames 240 ms late. No frame handled for `MIC_IDLE_S`: no microphone to wait for."""
+        if self._to_page or self._heard is None:
+            return False
+        captured, handled = self._heard
+        now = time.perf_counter()
+        if now - handled > MIC_IDLE_S:
+            return False
+        if self._mic_wait is None:
+            if captured >= now - MIC_SLACK_S:
+                return False
+            self._mic_wait = now
+            self.stamp("mic_behind", now)
+        return captured < self._mic_wait - MIC_SLACK_S
+
+    def _release(self) -> None:
+        """Under the lock: send the audio (and the "end") that waited, once nothing holds it:
+        the turn is published, the user's voice is not back, the microphone is heard."""
+        if not (self._held or self._end_waits) or not self._published or self._voice_back \
+                or self.cancel.is_set() or self._mic_behind():
+            return
+        held, self._held = self._held, []
+        for chunk in held:  # under the lock: before an "end" the turn sends
+            self._send(chunk)
+        if self._end_waits:
+            self._end_waits = False
+            self._send_end()
 
     @property
     def held_for_voice(self) -> bool:
@@ -301,11 +356,7 @@ class Turn:
         s.history += [self._user_msg, self._reply_msg]
         s.chat += [self._chat_user, self._chat_reply]
         s.metrics.append(self.metrics)
-        held = []
-        if not self._voice_back:  # else it waits for the voice to go (or become a turn)
-            held, self._held = self._held, []
-        for chunk in held:
-            self._send(chunk)
+        self._release()  # unless it waits for the voice to go (or become a turn)
         s.touch()
 
     def owns(self, message: dict) -> bool:
@@ -346,7 +397,7 @@ class Turn:
                 self._chat_reply["content"] = reply + note
         if not m.cancelled:
             with s.lock:
-                self._end_waits = self._voice_back  # sent when the reply's audio is
+                self._end_waits = self._voice_back or bool(self._held)  # sent after it
                 if not self._end_waits:
                     self._send_end()
         self.refresh()

@@ -276,6 +276,47 @@ def test_a_click_after_a_commit_delays_the_reply_only_while_it_lasts():
         page.close()
 
 
+def reply_ready_with_the_microphone_behind(text: str = "What is the capital of France?"):
+    """Committed at its verdict; then no frame for 300 ms (on a busy machine they come in
+    late, in bursts) while the reply's first audio becomes ready: it waits for them."""
+    page, speech, first = committed_at_its_verdict(text)
+    time.sleep(0.3)
+    page.agent.reply_go.set()
+    assert until(lambda: first.audio_ready) and page.sent() == 0
+    assert "mic_behind" in first.stamps
+    return page, speech, first
+
+
+def test_the_voice_in_late_frames_keeps_the_reply_unheard():
+    """CI's pause run: the reply was audible 120 ms after the user went on, the frames
+    with their voice 240 ms late. The first audio waits until the frames cover the moment
+    it was ready; the voice in them holds it, and its utterance drops it unheard."""
+    page, speech, first = reply_ready_with_the_microphone_behind()
+    try:
+        page.say(speech[6400:])  # the user went on: those frames were on their way
+        assert first.cancel.is_set() and "first_sent" not in first.stamps  # never heard
+    finally:
+        page.close()
+
+
+def test_late_frames_without_voice_let_the_reply_go_once_they_caught_up():
+    page, speech, first = reply_ready_with_the_microphone_behind()
+    try:
+        page.say(np.zeros(int(16 * 800), np.float32))
+        assert until(lambda: page.sent() == 1) and not first.cancel.is_set()
+        assert first.stamps["first_sent"] >= first.stamps["mic_behind"]
+    finally:
+        page.close()
+
+
+def test_a_reply_waiting_for_frames_that_stop_coming_goes_anyway():
+    page, speech, first = reply_ready_with_the_microphone_behind()
+    try:
+        assert until(lambda: page.sent() == 1, timeout_s=5) and not first.cancel.is_set()
+    finally:
+        page.close()
+
+
 def test_an_open_ending_holds_the_turn_until_the_cap():
     conversation, session = speak("What is the capital of", "words", 1.0)
     (turn,) = conversation.agent.started
