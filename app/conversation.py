@@ -320,17 +320,23 @@ class Conversation:
         `continue_ms` after the silence its verdict asked for (none for finished words; the
         cap for unfinished ones), counted from its last voiced frame: the user's pause,
         whatever the agent did meanwhile."""
+        f = self.floor(session)
+        f.began_ms, f.heard = event.last_voiced_ms - event.speech_ms, ""
+        f.continues = self._continued(session, f.began_ms)
+        log.info("speech began at %.0f ms (%s%s)", f.began_ms,  # for a failure's order
+                 f"over turn {f.speaking}" if f.speaking else "the agent silent",
+                 f", continues turn {f.continues.turn_id}" if f.continues else "")
+
+    def _continued(self, session: Session, began_ms: float) -> Turn | None:
         f, window = self.floor(session), self.agent.cfg.turn.continue_ms
-        f.began_ms, f.continues, f.heard = event.last_voiced_ms - event.speech_ms, None, ""
         with session.lock:
             latest = f.turns[max(f.turns)] if f.turns else None
         if not window or latest is None or not latest.committed or latest.cancel.is_set() \
                 or latest.metrics.error_stage or latest.audio is None \
                 or len(latest.audio) >= JOIN_MAX_S * RATE or latest.last_voiced_ms is None:
-            return
+            return None
         held = latest.verdict.hold_ms if latest.verdict is not None else 0
-        if f.began_ms - latest.last_voiced_ms <= held + window:
-            f.continues = latest
+        return latest if began_ms - latest.last_voiced_ms <= held + window else None
 
     # --- the end of the user's turn ----------------------------------------------------------
     def judge(self, turn: Turn, transcript: Transcript, audio: np.ndarray) -> None:
@@ -676,6 +682,8 @@ class Conversation:
     def on_report(self, session: Session, report: PlayerReport) -> None:
         f = self.floor(session)
         turn = f.turns.get(report.turn_id)
+        log.info("turn %s: the player reports %s at %.0f ms", report.turn_id, report.kind,
+                 report.t_ms)  # with the utterances' starts, a CI failure's order of events
         if report.kind == "audible" and (turn is None or not turn.cancel.is_set()):
             # a reply already told to stop (the user went on) whose audio was on its way is
             # no agent speaking: speech then is the user's, not speech over the agent
