@@ -272,11 +272,12 @@ class Conversation:
         for event in endpointer.feed(frame):
             self.on_vad(session, event)
         self._release_model(session)
-        latest = self._latest_voice_turn(session)
+        latest = self._latest_voice_turn(session)  # a commit starts no turn: the same after it
         if latest is not None:  # before a commit sends the audio it holds
             latest.mic_heard(session.clock.to_server(frame.captured_ms))
         self._commit_if_decided(session)
-        self._hold_for_voice(session, endpointer)
+        if latest is not None and latest.committed:
+            self._hold_for_voice(latest, endpointer)
 
     def _latest_voice_turn(self, session: Session) -> Turn | None:
         f = self.floor(session)
@@ -284,15 +285,14 @@ class Conversation:
             latest = f.turns[max(f.turns)] if f.turns else None
         return latest if latest is not None and latest.last_voiced_ms is not None else None
 
-    def _hold_for_voice(self, session: Session, endpointer: Endpointer) -> None:
+    @staticmethod
+    def _hold_for_voice(latest: Turn, endpointer: Endpointer) -> None:
         """A committed voice turn's reply waits while the user's voice is back and none of
         it has gone to the page: the verdict may have taken a pause to think for the end
         (a Whisper fragment such as "...a table for it."), and the utterance the voice
         becomes cancels the reply unheard and joins its words (`Floor.continues`)."""
-        latest = self._latest_voice_turn(session)
-        if latest is not None and latest.committed:
-            quiet = endpointer.quiet_ms
-            latest.voice_back(quiet is not None and quiet < VOICE_GONE_MS)
+        quiet = endpointer.quiet_ms
+        latest.voice_back(quiet is not None and quiet < VOICE_GONE_MS)
 
     def _silence_ms(self, session: Session) -> float:
         endpointer = self._endpointers.get(session.sid)
