@@ -230,8 +230,14 @@ class Turn:
             if self._published and not self._interrupted:
                 self._reply_msg["content"] = self.reply
                 self._chat_reply["content"] = self.reply
-        if self._published:
+        if self._published and self._text_shown():
             self.session.touch("Speaking...")
+
+    def _text_shown(self) -> bool:
+        """The reply's text goes to the page with its voice, not before: the page's re-render
+        of a streaming chat shares the CPU with the model and TTS making the first audio
+        (docs/PERFORMANCE.md). With no page, or once the first audio went, each piece shows."""
+        return self._to_page or self.session.outbox is None
 
     def emit_audio(self, chunk: SpeechChunk) -> None:
         with self.session.lock:
@@ -336,6 +342,8 @@ class Turn:
                 on_sent = partial(self.stamp, "socket_sent")  # on the event loop
             self._to_page = True
         self.session.send_audio(chunk, on_sent)
+        if on_sent is not None:
+            self.session.touch("Speaking...")  # the reply's text so far, after its audio
 
     def _publish_if_ready(self) -> None:
         """Under the session lock: show the turn once it is committed and its words known."""

@@ -44,6 +44,34 @@ def test_speculation_shows_nothing_until_committed():
     assert s.history[1]["content"] == s.chat[1]["content"] == "The capital is Paris."
 
 
+def test_the_page_gets_the_reply_text_with_its_voice_not_before():
+    """A committed turn shows the user's words at once; its reply's text streams to the
+    page only from its first audio on. A streaming chat re-rendered while the model and
+    TTS make that audio cost every stage after the commit on two cores."""
+    import asyncio
+
+    from app.wire import Outbox
+
+    loop = asyncio.new_event_loop()
+    try:
+        s = Session("t")
+        s.outbox = Outbox(loop)
+        turn = new_turn(s)
+        turn.set_user_text("What is the capital of France?")
+        turn.commit()
+        shown = s.version
+        assert s.chat[0]["content"] == "What is the capital of France?"  # at the commit
+        turn.add_reply("The capital")
+        turn.add_reply(" is")
+        assert s.version == shown  # no re-render while the first audio is made
+        turn.emit_audio(chunk(0, "The capital is"))
+        assert s.version == shown + 1 and s.chat[1]["content"] == "The capital is"
+        turn.add_reply(" Paris.")
+        assert s.version == shown + 2 and s.chat[1]["content"] == "The capital is Paris."
+    finally:
+        loop.close()
+
+
 def test_commit_before_the_transcript_waits_for_it():
     s = Session("b")
     turn = new_turn(s)
