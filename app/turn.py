@@ -230,14 +230,11 @@ class Turn:
             if self._published and not self._interrupted:
                 self._reply_msg["content"] = self.reply
                 self._chat_reply["content"] = self.reply
-        if self._published and self._text_shown():
+        if self._published and self.session.outbox is None:
             self.session.touch("Speaking...")
-
-    def _text_shown(self) -> bool:
-        """The reply's text goes to the page with its voice, not before: the page's re-render
-        of a streaming chat shares the CPU with the model and TTS making the first audio
-        (docs/PERFORMANCE.md). With no page, or once the first audio went, each piece shows."""
-        return self._to_page or self.session.outbox is None
+        # a page gets the text with each piece of its voice (`_send`), not at every token:
+        # each render is a round trip and a re-render of the chat, and on two cores that
+        # page shares the CPU with the model, ASR and TTS (docs/PERFORMANCE.md)
 
     def emit_audio(self, chunk: SpeechChunk) -> None:
         with self.session.lock:
@@ -342,8 +339,8 @@ class Turn:
                 on_sent = partial(self.stamp, "socket_sent")  # on the event loop
             self._to_page = True
         self.session.send_audio(chunk, on_sent)
-        if on_sent is not None:
-            self.session.touch("Speaking...")  # the reply's text so far, after its audio
+        if self._to_page:
+            self.session.touch("Speaking...")  # the reply's text so far, with its voice
 
     def _publish_if_ready(self) -> None:
         """Under the session lock: show the turn once it is committed and its words known."""

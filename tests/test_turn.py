@@ -45,9 +45,9 @@ def test_speculation_shows_nothing_until_committed():
 
 
 def test_the_page_gets_the_reply_text_with_its_voice_not_before():
-    """A committed turn shows the user's words at once; its reply's text streams to the
-    page only from its first audio on. A streaming chat re-rendered while the model and
-    TTS make that audio cost every stage after the commit on two cores."""
+    """A committed turn shows the user's words at once; its reply's text goes to the page
+    with each piece of its voice, not at every token: each render is a round trip and a
+    re-render of the chat, and a 2-core box's page shares the CPU with the model and TTS."""
     import asyncio
 
     from app.wire import Outbox
@@ -66,8 +66,12 @@ def test_the_page_gets_the_reply_text_with_its_voice_not_before():
         assert s.version == shown  # no re-render while the first audio is made
         turn.emit_audio(chunk(0, "The capital is"))
         assert s.version == shown + 1 and s.chat[1]["content"] == "The capital is"
-        turn.add_reply(" Paris.")
-        assert s.version == shown + 2 and s.chat[1]["content"] == "The capital is Paris."
+        turn.add_reply(" Paris,")
+        turn.add_reply(" in France.")
+        assert s.version == shown + 1  # the model runs ahead of the voice: no re-render
+        turn.emit_audio(chunk(1, "Paris, in France."))
+        assert s.version == shown + 2
+        assert s.chat[1]["content"] == "The capital is Paris, in France."
     finally:
         loop.close()
 
