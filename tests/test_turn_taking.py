@@ -243,7 +243,7 @@ def test_a_real_interruption_stops_the_reply_fast_and_cuts_history(tt_url, clips
     with interruptions, until one ended before "Wait, stop" was said (a make test run:
     5 of 10, each miss a reply already over)."""
     since = log_lines()
-    outcomes, silences, misses = [], [], []
+    outcomes, silences, misses, split = [], [], [], []
     with chromium() as ctx:
         for _ in range(RUNS):
             with new_page(ctx, tt_url) as page:
@@ -259,6 +259,7 @@ def test_a_real_interruption_stops_the_reply_fast_and_cuts_history(tt_url, clips
                     ok = silence is not None and 0 < sum(heard) < len(heard)
                     if silence is not None:
                         silences.append(round(silence, 1))
+                        split.append(silence_split(log(page), turn))
                 # the interruption itself becomes the next turn, answered
                 nxt = wait_for(page, lambda e, t=turn: any(x["type"] == "audible" and
                                                            x["turn"] > t for x in e))
@@ -271,9 +272,22 @@ def test_a_real_interruption_stops_the_reply_fast_and_cuts_history(tt_url, clips
                                    "reports": log(page)[-12:]})
     record("interruption (\"Wait, stop! ...\") during the reply", outcomes,
            interrupt_to_silence_ms={"p50": percentile(silences, 50),
-                                    "p90": percentile(silences, 90), "all": silences})
+                                    "p90": percentile(silences, 90), "all": silences},
+           to_the_page_and_in_it_ms=split)
     assert sum(outcomes) >= NEEDED, failed(outcomes, None, since, silences=silences,
                                            misses=misses)
+
+
+def silence_split(entries: list[dict], turn: int) -> list[float] | None:
+    """Interrupt-to-silence in two: from the voice's frame to the command reaching the page,
+    and from there to the silence (the page's own part), from the first report that
+    silenced `turn` (a pause, else the stop)."""
+    first = next((x for x in entries if x["type"] in ("paused", "stopped")
+                  and x["turn"] == turn and x.get("arrived_ms") is not None), None)
+    if first is None or first.get("cause_ms") is None:
+        return None
+    return [round(first["arrived_ms"] - first["cause_ms"], 1),
+            round(first["t_ms"] - first["arrived_ms"], 1)]
 
 
 @pytest.mark.parametrize("noise", ["cough", "mhm"])

@@ -1,7 +1,10 @@
-// The page's audio path, both ways, over one WebSocket (/agent/ws/<sid>).
+// The page's audio path, both ways, over one WebSocket (/agent/ws/<sid>) held by a
+// dedicated Worker, so the page's main thread (Gradio's renders, the plots) never holds
+// up a microphone frame on its way to the server.
 //
 // Microphone: getUserMedia with the browser's echo cancellation, noise suppression and gain
-// control; an AudioWorklet cuts 20 ms frames, each sent with the browser time of its last
+// control; an AudioWorklet cuts 20 ms frames and posts them straight to the Worker (a
+// MessageChannel between the two), which sends each with the browser time of its last
 // sample, so voice-to-voice starts at the last voiced frame as captured here.
 // Player: reply PCM scheduled back to back with Web Audio, routed through a MediaStream
 // into an <audio> element (a path the browser's echo canceller covers, unlike Web Audio's
@@ -15,8 +18,8 @@
   const ctx = new (window.AudioContext || window.webkitAudioContext)({ latencyHint: "interactive" });
   const gain = ctx.createGain();
   const va = {
-    sid, ctx, gain, ws: null, playhead: 0, turns: {}, stopped: {}, chunks: 0, played: {},
-    interrupts: {}, mic: null, seq: 0, sent: 0, output: "direct", paused: null, log: [],
+    sid, ctx, gain, open: false, playhead: 0, turns: {}, stopped: {}, chunks: 0, played: {},
+    interrupts: {}, mic: null, sent: 0, output: "direct", paused: null, log: [],
   };
   window.voiceAgent = va;
   if (ctx.createMediaStreamDestination) {
@@ -53,12 +56,11 @@
   function send(obj) {
     va.log.push(obj);  // what the player did, in order (the page's tests read it)
     if (va.log.length > 500) va.log.shift();
-    if (va.ws && va.ws.readyState === 1) va.ws.send(JSON.stringify(obj));
+    if (va.open) channel.postMessage({ type: "send", data: JSON.stringify(obj) });
   }
 
   // ---- player ---------------------------------------------------------------------------
-  function onAudio(buf) {
-    const received = performance.now();
+  function onAudio(buf, received) {
     const head = new DataView(buf, 0, 16);
     const turn = head.getUint32(0, true), index = head.getUint32(4, true);
     const rate = head.getUint32(8, true);
@@ -102,7 +104,7 @@
       send({ type: "done", turn, t_ms: performance.now(), heard: shares(t, Infinity) });
     }
   }
-  function pause(msg) {
+  function pause(msg, arrived) {
     // silent within a few ms (a short fade, then the clock stops), queue and position kept
     const now = ctx.currentTime;
     gain.gain.cancelScheduledValues(now);
@@ -110,7 +112,8 @@
     const silent = audibleAt(now + 0.01);
     va.paused = { turn: msg.turn, silent, cause_ms: msg.cause_ms, upTo: heardUpTo() + 0.01 };
     setTimeout(() => { if (va.paused) ctx.suspend(); }, 15);
-    send({ type: "paused", turn: msg.turn, t_ms: silent, cause_ms: msg.cause_ms });
+    send({ type: "paused", turn: msg.turn, t_ms: silent, cause_ms: msg.cause_ms,
+           arrived_ms: arrived });
   }
   function unpause() {
     if (!va.paused) return;
@@ -120,7 +123,7 @@
       gain.gain.setTargetAtTime(1, ctx.currentTime, 0.002);
     });
   }
-  function stop(msg) {
+  function stop(msg, arrived) {
     // silence first: every queued source stops at the next render quantum
     const was = va.paused;
     const upTo = was ? was.upTo : heardUpTo();
@@ -141,7 +144,7 @@
     va.stopped[turn] = true;
     const t = va.turns[turn];
     if (cause != null) va.interrupts[turn] = silent - cause;
-    send({ type: "stopped", turn, t_ms: silent, cause_ms: cause,
+    send({ type: "stopped", turn, t_ms: silent, cause_ms: cause, arrived_ms: arrived,
            heard: t ? shares(t, upTo) : [] });
   }
 
@@ -153,43 +156,95 @@
     const btn = el && (el.tagName === "BUTTON" ? el : el.querySelector("button"));
     if (btn) btn.click();
   }
+  // The Worker: the socket, and the microphone frames from the worklet's port. Frames get
+  // their capture time here, off the main thread: the worklet says how far before the end
+  // of its current render quantum the frame's last sample was, and the Worker, woken by
+  // the post within a millisecond or so, reads the clock (in the page's time origin).
+  const CHANNEL = `
+    let ws = null, shift = 0, seq = 0, sent = 0, mic = null;
+    onmessage = (e) => {
+      const m = e.data;
+      if (m.type === "open") { shift = performance.timeOrigin - m.origin; open(m.url); }
+      else if (m.type === "send") { if (ws && ws.readyState === 1) ws.send(m.data); }
+      else if (m.type === "mic") { if (mic) mic.close(); mic = m.port; mic.onmessage = frame; }
+      else if (m.type === "mic_off") { if (mic) mic.close(); mic = null; }
+    };
+    const now = () => performance.now() + shift;
+    function open(url) {
+      ws = new WebSocket(url);
+      ws.binaryType = "arraybuffer";
+      ws.onopen = () => postMessage({ type: "open" });
+      ws.onmessage = (ev) => {
+        if (typeof ev.data === "string") postMessage({ type: "text", data: ev.data, at: now() });
+        else postMessage({ type: "audio", data: ev.data, at: now() }, [ev.data]);
+      };
+      ws.onclose = (ev) => { ws = null; postMessage({ type: "closed", code: ev.code }); };
+    }
+    function frame(e) {
+      const { pcm, before, rate } = e.data;
+      const msg = new ArrayBuffer(16 + pcm.byteLength);
+      const head = new DataView(msg, 0, 16);
+      head.setFloat64(0, now() - before * 1000, true);
+      head.setUint32(8, seq++, true);
+      head.setUint32(12, rate, true);
+      new Int16Array(msg, 16).set(pcm);
+      if (!ws || ws.readyState !== 1) return;
+      ws.send(msg);
+      sent += 1;
+      if (sent <= 10 || sent % 10 === 0) postMessage({ type: "sent", n: sent });
+    }`;
+  const channel = new Worker(URL.createObjectURL(
+    new Blob([CHANNEL], { type: "application/javascript" })));
+  va.channel = channel;
+  channel.onmessage = (e) => {
+    const m = e.data;
+    if (m.type === "audio") onAudio(m.data, m.at);
+    else if (m.type === "text") onText(JSON.parse(m.data), m.at);
+    else if (m.type === "sent") va.sent = m.n;
+    else if (m.type === "open") va.open = true;
+    else if (m.type === "closed") onClose(m.code);
+  };
+  function onText(msg, at) {
+    if (msg.type === "stop") stop(msg, at);
+    else if (msg.type === "pause") pause(msg, at);
+    else if (msg.type === "resume") unpause();
+    else if (msg.type === "end") {
+      const t = va.turns[msg.turn] || (va.turns[msg.turn] = { pieces: [], sources: [] });
+      t.ended = true;
+      maybeDone(msg.turn);
+    } else if (msg.type === "render") render();
+    else if (msg.type === "ready") { va.ready = true; render(); }
+    else if (msg.type === "busy") { va.busy = msg.message; label(); }
+    else if (msg.type === "error") console.warn("voice agent:", msg.message);
+  }
+  function onClose(code) {
+    va.open = false;
+    va.ready = false;
+    if (code === 4404 || code === 4503) {  // the app restarted, or it is busy
+      va.gone = code === 4404;
+      if (va.mic) micStop();
+      label();
+      return;
+    }
+    setTimeout(connect, 1000);
+  }
   function connect() {
     const proto = location.protocol === "https:" ? "wss" : "ws";
-    const ws = new WebSocket(`${proto}://${location.host}/agent/ws/${sid}`);
-    ws.binaryType = "arraybuffer";
-    ws.onmessage = (ev) => {
-      if (typeof ev.data !== "string") return onAudio(ev.data);
-      const msg = JSON.parse(ev.data);
-      if (msg.type === "stop") stop(msg);
-      else if (msg.type === "pause") pause(msg);
-      else if (msg.type === "resume") unpause();
-      else if (msg.type === "end") {
-        const t = va.turns[msg.turn] || (va.turns[msg.turn] = { pieces: [], sources: [] });
-        t.ended = true;
-        maybeDone(msg.turn);
-      } else if (msg.type === "render") render();
-      else if (msg.type === "ready") { va.ready = true; render(); }
-      else if (msg.type === "busy") { va.busy = msg.message; label(); }
-      else if (msg.type === "error") console.warn("voice agent:", msg.message);
-    };
-    ws.onclose = (ev) => {
-      va.ready = false;
-      if (ev.code === 4404 || ev.code === 4503) {  // the app restarted, or it is busy
-        va.gone = ev.code === 4404;
-        if (va.mic) micStop();
-        label();
-        return;
-      }
-      setTimeout(connect, 1000);
-    };
-    va.ws = ws;
+    channel.postMessage({ type: "open", url: `${proto}://${location.host}/agent/ws/${sid}`,
+                          origin: performance.timeOrigin });
   }
   connect();
 
   // ---- microphone -----------------------------------------------------------------------
   const WORKLET = `
     class VaMic extends AudioWorkletProcessor {
-      constructor(o) { super(); this.n = o.processorOptions.frame; this.reset(); }
+      constructor(o) {
+        super();
+        this.n = o.processorOptions.frame;
+        this.out = null;  // the Worker's end of a MessageChannel, sent once by the page
+        this.port.onmessage = (e) => { this.out = e.data.port; };
+        this.reset();
+      }
       reset() { this.buf = new Int16Array(this.n); this.i = 0; }
       process(inputs) {
         const ch = inputs[0] && inputs[0][0];
@@ -198,8 +253,10 @@
           const v = Math.max(-1, Math.min(1, ch[k]));
           this.buf[this.i++] = v < 0 ? v * 32768 : v * 32767;
           if (this.i === this.n) {
-            this.port.postMessage({ pcm: this.buf, end: currentTime + (k + 1) / sampleRate },
-                                  [this.buf.buffer]);
+            // the frame's last sample, seconds before this render quantum's last one
+            const before = (ch.length - k - 1) / sampleRate;
+            if (this.out) this.out.postMessage({ pcm: this.buf, before, rate: sampleRate },
+                                               [this.buf.buffer]);
             this.reset();
           }
         }
@@ -218,21 +275,9 @@
                                       { processorOptions: { frame: Math.round(mctx.sampleRate / 50) } });
     mctx.createMediaStreamSource(stream).connect(node);
     node.connect(mctx.destination);  // outputs silence; keeps the node pulled
-    node.port.onmessage = (e) => {
-      const { pcm, end } = e.data;
-      // the browser time at which the context clock stood at the frame's last sample; the
-      // main thread's currentTime can lag the worklet's, and a frame is never captured
-      // after it is here (the server's clock offset is the smallest arrival - capture)
-      const now = performance.now();
-      const captured = Math.min(now, now - (mctx.currentTime - end) * 1000);
-      const msg = new ArrayBuffer(16 + pcm.byteLength);
-      const head = new DataView(msg, 0, 16);
-      head.setFloat64(0, captured, true);
-      head.setUint32(8, va.seq++, true);
-      head.setUint32(12, mctx.sampleRate, true);
-      new Int16Array(msg, 16).set(pcm);
-      if (va.ws && va.ws.readyState === 1) { va.ws.send(msg); va.sent += 1; }
-    };
+    const pipe = new MessageChannel();
+    channel.postMessage({ type: "mic", port: pipe.port2 }, [pipe.port2]);
+    node.port.postMessage({ port: pipe.port1 }, [pipe.port1]);
     va.mic = { stream, mctx, node };
   }
   function micStop() {
@@ -240,6 +285,7 @@
     va.mic.stream.getTracks().forEach((t) => t.stop());
     va.mic.mctx.close();
     va.mic = null;
+    channel.postMessage({ type: "mic_off" });
     send({ type: "mic_stop" });
   }
   function label() {
