@@ -32,6 +32,10 @@ from tests.conftest import ARTIFACTS, ASSETS, ROOT, app_args, word_recall
 pytestmark = pytest.mark.integration
 RUNS = 10
 NEEDED = 9  # of RUNS
+# The Mandarin scenarios check a path (the language heard, the notice or the Mandarin
+# voice), not a timing: five runs each. They were the suite's two slowest tests (a 2-core
+# AVX2 EPYC: 244 and 287 s at ten runs, Whisper base and kokoro on the busy cores).
+ZH_RUNS, ZH_NEEDED = 5, 4
 SCRIPTED_MIC = (ROOT / "bench" / "scripted_mic.js").read_text()
 RESULTS: dict[str, dict] = {}
 LOG = ROOT / "logs" / "app-turn-taking.log"
@@ -316,7 +320,7 @@ def test_a_cough_or_mhm_does_not_cancel_the_reply(tt_url, clips, noise):
 
 def test_mandarin_on_the_english_demo_gets_a_notice(page, clips):
     outcomes = []
-    for run in range(RUNS):
+    for run in range(ZH_RUNS):
         before = len(reports(log(page), "done"))
         say(page, clips["zh"])
         wait_for(page, lambda e, n=before: len(reports(e, "done")) > n)
@@ -325,7 +329,7 @@ def test_mandarin_on_the_english_demo_gets_a_notice(page, clips):
         outcomes.append(chat.count("只会说英语") == run + 1 and chat.count("今天天") >= run + 1)
         time.sleep(0.5)
     record("Mandarin question, English-only model: notice in both languages", outcomes)
-    assert sum(outcomes) >= NEEDED, outcomes
+    assert sum(outcomes) >= ZH_NEEDED, outcomes
     assert "only English" in page.inner_text("#va-chat")
 
 
@@ -335,7 +339,7 @@ def test_mandarin_with_a_mandarin_capable_setting_gets_a_mandarin_reply(zh_url, 
     asked to, not sense: this checks the path, not the answer.)"""
     outcomes, replies = [], []
     with chromium() as ctx:
-        for _ in range(RUNS):  # each in a new page: the tiny model drifts with history
+        for _ in range(ZH_RUNS):  # each in a new page: the tiny model drifts with history
             with new_page(ctx, zh_url) as page:
                 sid = page.evaluate("() => window.voiceAgent.sid")
                 say(page, clips["zh"])
@@ -350,7 +354,7 @@ def test_mandarin_with_a_mandarin_capable_setting_gets_a_mandarin_reply(zh_url, 
                 outcomes.append(not row["error"] and "kokoro" in row["tts_engine"]
                                 and has_cjk(reply) and "只会说" not in reply)
     record("Mandarin question, Mandarin-capable setting: a Mandarin reply, spoken", outcomes)
-    assert sum(outcomes) >= NEEDED, (outcomes, replies)
+    assert sum(outcomes) >= ZH_NEEDED, (outcomes, replies)
 
 
 PAUSES_MS = [600 + round(300 * i / (RUNS - 1)) for i in range(RUNS)]  # 600 ... 900
