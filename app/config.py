@@ -163,8 +163,8 @@ class LlmConfig:
     history_turns: int = 8
     """User/assistant pairs kept in the prompt."""
     prefill: bool = True
-    """Prefill the persona at start and a session's moved history window before the turn
-    that needs it (`Agent.warm`), while nothing waits."""
+    """Prefill the persona at start and, once a turn is over, a session's history up to the
+    next question (`Agent.warm`), while nothing waits."""
     timeout_s: float = 30.0
 
 
@@ -261,8 +261,8 @@ def parser() -> argparse.ArgumentParser:
                    "the card: 544 with a bf16 SSM state, 1056 with fp32)")
     g.add_argument("--no-persona-padding", action="store_true")
     g.add_argument("--no-prefill", action="store_true",
-                   help="do not prefill the persona at start, nor a moved history window "
-                   "before the turn that needs it")
+                   help="do not prefill the persona at start, nor a session's history up "
+                   "to the next question once a turn is over")
     g.add_argument("--persona-tag", default=None,
                    help="reply prefix the persona asks for, kept in the text, not spoken "
                    "(default persona: 小安：)")

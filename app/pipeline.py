@@ -97,13 +97,17 @@ class Agent:
 
     def warm(self, session: Session | None = None) -> threading.Thread | None:
         """Prefill, on a thread, what the next turn's prompt starts with where the prefix
-        cache cannot have it: the persona at start (else the first turn computes it), and
-        a session's new history window when the next turn moves its start (its prompt then
-        shares only the persona with the one before: on the 2-core box TTFT ~0.9-1.2 s
-        instead of ~0.3, docs/PERFORMANCE.md). Each server of the A/B that caches prefixes.
-        The messages end with an empty user message, rendered without the assistant's
-        opening: the text is the next prompt's up to the user's words (and a template that
-        marks the last reply, or wants a user message, renders it as the next prompt will)."""
+        cache cannot have it: the persona at start (else the first turn computes it), and,
+        once a turn is over, the session's history as the next prompt will have it. The
+        cache holds only the blocks of what was prompted, never the reply as the history
+        renders it: without this, each turn's prompt computed the last reply and question
+        again (on the slow AVX2 EPYC, 67 of 163 tokens, TTFT 672 ms), and a turn that moves
+        the history window's start shared only the persona with the one before (on the
+        2-core box TTFT ~0.9-1.2 s instead of ~0.3; docs/PERFORMANCE.md). Each server of
+        the A/B that caches prefixes. The messages end with an empty user message, rendered
+        without the assistant's opening: the text is the next prompt's up to the user's
+        words (and a template that marks the last reply, or wants a user message, renders
+        it as the next prompt will)."""
         if not isinstance(self.llm, OpenAIChat) or not self.cfg.llm.prefill:
             return None
         messages = [{"role": "system", "content": self.persona}]
@@ -111,8 +115,6 @@ class Agent:
             with session.lock:
                 n = len(session.history) + 1  # with the next user message
                 start = history_start(n, session.history_start, self.cfg.llm.history_turns)
-                if start == session.history_start:
-                    return None  # the next prompt starts as this one did: cached
                 messages += answered_pairs(session.history[start:])  # as `messages` will
         messages.append({"role": "user", "content": ""})
 
@@ -228,7 +230,7 @@ class Agent:
         elif rival is not None:
             rival.join()
         if not m.cancelled:  # an interrupted reply is cut in the history later
-            self.warm(session)  # the next turn's window, if it moves
+            self.warm(session)  # the next turn's prompt up to its question
         if error:
             return self._fail(turn, "llm", error)
         turn.refresh()

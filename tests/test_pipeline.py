@@ -162,19 +162,21 @@ def history(tag: str, pairs: int) -> list[dict]:
     return out
 
 
-def test_the_moved_history_window_is_prefilled_before_the_turn_that_needs_it(agent):
-    """Nine answered pairs: the next turn moves the window's start (history_turns 8), so its
-    prompt shares only the persona with the one before. Prefilled (`Agent.warm`, as the
-    chain does once a turn is over), that turn's prompt is cached up to its question."""
+@pytest.mark.parametrize("pairs, start", [(9, 10), (3, 0)])
+def test_the_history_is_prefilled_up_to_the_next_question(agent, pairs, start):
+    """Once a turn is over (`Agent.warm`, as the chain calls it), the next turn's prompt is
+    cached up to its question. Nine answered pairs: the next turn moves the window's start
+    (history_turns 8), so its prompt shares only the persona with the one before. Three:
+    the window stays, but the cache never holds the last reply as the history renders it
+    (only what was prompted), so the last pair was computed again each turn."""
     cached = {}
     for tag, warm in [("cold", False), ("warm", True)]:  # different words: no shared cache
         session = Session(tag)
-        session.history = history(f"{tag} {id(session)}", 9)
+        session.history = history(f"{tag} {id(session)}", pairs)
         if warm:
             agent.warm(session).join(timeout=60)
         m, _ = run_turn(agent, session, "And ten?")
-        assert not m.error and session.history_start == 10
+        assert not m.error and session.history_start == start
         cached[tag] = (m.cached_tokens, m.prompt_tokens)
     (cold, prompt), (warm, _) = cached["cold"], cached["warm"]
     assert warm >= prompt - 48 > cold + 100, cached  # all but the question's block or so
-    assert agent.warm(session) is None  # the window stays put for the next turn: no prefill
