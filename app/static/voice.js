@@ -18,7 +18,7 @@
   const ctx = new (window.AudioContext || window.webkitAudioContext)({ latencyHint: "interactive" });
   const gain = ctx.createGain();
   const va = {
-    sid, ctx, gain, open: false, playhead: 0, turns: {}, stopped: {}, chunks: 0, played: {},
+    sid, ctx, gain, playhead: 0, turns: {}, stopped: {}, chunks: 0, played: {},
     interrupts: {}, mic: null, sent: 0, output: "direct", paused: null, log: [],
   };
   window.voiceAgent = va;
@@ -56,7 +56,7 @@
   function send(obj) {
     va.log.push(obj);  // what the player did, in order (the page's tests read it)
     if (va.log.length > 500) va.log.shift();
-    if (va.open) channel.postMessage({ type: "send", data: JSON.stringify(obj) });
+    channel.postMessage({ type: "send", data: JSON.stringify(obj) });  // dropped there unless open
   }
 
   // ---- player ---------------------------------------------------------------------------
@@ -173,7 +173,6 @@
     function open(url) {
       ws = new WebSocket(url);
       ws.binaryType = "arraybuffer";
-      ws.onopen = () => postMessage({ type: "open" });
       ws.onmessage = (ev) => {
         if (typeof ev.data === "string") postMessage({ type: "text", data: ev.data, at: now() });
         else postMessage({ type: "audio", data: ev.data, at: now() }, [ev.data]);
@@ -195,13 +194,11 @@
     }`;
   const channel = new Worker(URL.createObjectURL(
     new Blob([CHANNEL], { type: "application/javascript" })));
-  va.channel = channel;
   channel.onmessage = (e) => {
     const m = e.data;
     if (m.type === "audio") onAudio(m.data, m.at);
     else if (m.type === "text") onText(JSON.parse(m.data), m.at);
     else if (m.type === "sent") va.sent = m.n;
-    else if (m.type === "open") va.open = true;
     else if (m.type === "closed") onClose(m.code);
   };
   function onText(msg, at) {
@@ -218,7 +215,6 @@
     else if (msg.type === "error") console.warn("voice agent:", msg.message);
   }
   function onClose(code) {
-    va.open = false;
     va.ready = false;
     if (code === 4404 || code === 4503) {  // the app restarted, or it is busy
       va.gone = code === 4404;
