@@ -107,10 +107,12 @@ class Agent:
         the A/B that caches prefixes. The messages end with an empty user message, rendered
         without the assistant's opening: the text is the next prompt's up to the user's
         words (and a template that marks the last reply, or wants a user message, renders
-        it as the next prompt will)."""
+        it as the next prompt will). The conversation's next request waits for it
+        (`ServerViews.aside`): its figures stay its own, its prompt finds the prefix."""
         if not isinstance(self.llm, OpenAIChat) or not self.cfg.llm.prefill:
             return None
         messages = [{"role": "system", "content": self.persona}]
+        key = session.sid if session is not None else ""
         if session is not None:
             with session.lock:
                 n = len(session.history) + 1  # with the next user message
@@ -118,19 +120,28 @@ class Agent:
                 messages += answered_pairs(session.history[start:])  # as `messages` will
         messages.append({"role": "user", "content": ""})
 
+        endpoints = [ep for ep in (self.cfg.primary, self.cfg.anchor) if ep is not None]
+        overs = [self.server_views.aside(ep, key) for ep in endpoints]  # before any turn asks
+
         def run() -> None:
-            for endpoint in filter(None, (self.cfg.primary, self.cfg.anchor)):
+            for endpoint, over in zip(endpoints, overs, strict=True):
+                ran = False
                 try:
                     if self._caches_prefixes(endpoint):
+                        ran = True
                         prefill(endpoint, messages, self.cfg.llm)
                 except Exception as exc:  # the next turn computes it, as without
                     log.info("prefill on %s: %s", endpoint.name, exc)
+                finally:
+                    over(ran)
 
         thread = threading.Thread(target=run, daemon=True, name="prefill")
         try:
             thread.start()
         except RuntimeError as exc:  # no thread to be had: the turn goes on without
             log.warning("prefill not started: %s", exc)
+            for over in overs:
+                over(False)
             return None
         return thread
 
@@ -254,7 +265,7 @@ class Agent:
                                       stats.deltas))
                 index += 1
 
-        before = self.server_views.before(endpoint)
+        before = self.server_views.before(endpoint, turn.session.sid)
         turn.stamp("llm_sent")
         try:
             for delta in self.llm.stream(endpoint, messages, self.cfg.llm, turn.turn_id, stats,
@@ -346,7 +357,7 @@ class Agent:
             return m
         session.touch(f"Measuring {endpoint.name}...")
         stats, error = StreamStats(), ""
-        before = self.server_views.before(endpoint)
+        before = self.server_views.before(endpoint, session.sid)
         try:
             for _ in self.llm.stream(endpoint, messages, self.cfg.llm, turn.turn_id, stats,
                                      cancel):

@@ -4,12 +4,14 @@ A snapshot before and after one request gives that request's server-side TTFT an
 inter-token latency (histogram sum / count deltas) and its prefix-cache hits. It is exact
 when the request was the only one on that server in between (one user, sequential A/B);
 with concurrent traffic it is the mean of whatever ran, and `requests` says how many.
+A request that is no turn's own (a prefill) runs `aside`: the next window starts after it.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.llm import metrics_text
@@ -75,12 +77,42 @@ class ServerViews:
     """Snapshots per endpoint; the snapshot after one request is the next one's "before",
     so only the first request of a server waits for a scrape before it is sent."""
 
-    def __init__(self, settle_s: float = 0.05) -> None:
+    def __init__(self, settle_s: float = 0.05, aside_wait_s: float = 5.0) -> None:
         self._last: dict[str, dict[str, float] | None] = {}
+        self._asides: dict[tuple[str, str], threading.Event] = {}
         self._lock = threading.Lock()
-        self.settle_s = settle_s
+        self.settle_s, self.aside_wait_s = settle_s, aside_wait_s
 
-    def before(self, endpoint) -> dict[str, float] | None:  # config.Endpoint
+    def aside(self, endpoint, key: str = "") -> Callable[[bool], None]:  # config.Endpoint
+        """A request of conversation `key` that is no turn's own (a prefill), announced
+        before it is sent: that conversation's next request waits for it (`before`), so
+        the turn's figures are its own and its prompt finds the prefix. Call the returned
+        function once it is over (`ran`: it reached the server; the next window starts
+        after it)."""
+        done, slot = threading.Event(), (endpoint.base_url, key)
+        with self._lock:
+            self._asides[slot] = done
+
+        def over(ran: bool) -> None:
+            if ran:
+                time.sleep(self.settle_s)
+                snap = snapshot(endpoint.base_url)
+                with self._lock:
+                    self._last[endpoint.base_url] = snap
+            with self._lock:
+                if self._asides.get(slot) is done:
+                    del self._asides[slot]
+            done.set()
+
+        return over
+
+    def before(self, endpoint, key: str = "") -> dict[str, float] | None:
+        """The snapshot a request of conversation `key` starts from, once that
+        conversation's request aside is over (at most `aside_wait_s`)."""
+        with self._lock:
+            pending = self._asides.get((endpoint.base_url, key))
+        if pending is not None:
+            pending.wait(self.aside_wait_s)
         with self._lock:
             if endpoint.base_url in self._last:
                 return self._last[endpoint.base_url]

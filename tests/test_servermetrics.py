@@ -1,4 +1,7 @@
-from app.servermetrics import between, parse
+import threading
+
+from app.config import Endpoint
+from app.servermetrics import ServerViews, between, parse
 
 BEFORE = """# HELP vllm:time_to_first_token_seconds x
 vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 1.5
@@ -35,3 +38,20 @@ def test_a_trailing_timestamp_is_not_the_value():
     """The exposition format allows `name{labels} value timestamp`; the value is the value."""
     text = BEFORE.replace("} 9.0\n", "} 9.0 1764547200000\n")
     assert parse(text)["vllm:request_success_total"] == 10.0
+
+
+def test_a_request_waits_for_its_conversations_prefill_only():
+    """A prefill (`aside`) announced for conversation "a": a's next request starts after it,
+    b's does not wait (no server listens: the snapshots are None)."""
+    views = ServerViews(settle_s=0, aside_wait_s=60)
+    endpoint = Endpoint("x", "http://127.0.0.1:9/v1", "m")
+    over = views.aside(endpoint, "a")
+    started = {}
+    a = threading.Thread(target=lambda: started.setdefault("a", views.before(endpoint, "a")))
+    a.start()
+    assert views.before(endpoint, "b") is None  # another conversation's request: at once
+    a.join(timeout=0.5)
+    assert a.is_alive() and "a" not in started  # held while the prefill runs
+    over(False)
+    a.join(timeout=10)
+    assert not a.is_alive() and started == {"a": None}
