@@ -139,3 +139,7 @@ class PlayerReport:
     """"stopped"/"done": the share of each piece (by index) that played."""
     cause_ms: float | None = None
     """"stopped": browser time of the microphone frame that decided the barge-in."""
+    gap_ms: float | None = None
+    """"stopped"/"done": silence inside the reply, summed (`TurnMetrics.reply_gap_ms`)."""
+    gaps: int | None = None
+    """"stopped"/"done": pieces that came after the one before had played out."""

@@ -88,6 +88,12 @@ class TurnMetrics:
     the browser's clock (typed turns: send pressed -> first sample audible)."""
     interrupt_ms: float | None = None
     """Barge-in: the microphone frame that decided it -> the player silent (browser)."""
+    reply_gap_ms: float | None = None
+    """Silence inside the reply as the page played it: after the first audio, each piece
+    that arrived after the one before had played out waited this long, summed (the player's
+    "done" or "stopped"; a pause for the user's words is not counted)."""
+    reply_gaps: int | None = None
+    """How many pieces came after the one before had played out (`reply_gap_ms`)."""
     heard_chars: int | None = None
     """Barge-in: characters of the reply the user heard; the history keeps only those."""
     handoff_ms: float | None = None
@@ -117,7 +123,7 @@ class TurnMetrics:
 FIGURES = ["v2v_ms", "eot_wait_ms", "asr_ms", "asr_after_speech_ms", "ttft_ms",
            "first_piece_ms", "tts_first_audio_ms", "transport_ms", "playback_ms",
            "handoff_ms", "ms_per_token", "reply_tokens", "llm_turn_ms", "cached_tokens",
-           "interrupt_ms"]
+           "interrupt_ms", "reply_gap_ms"]
 LABELS = {
     "asr_ms": "ASR ms", "ttft_ms": "TTFT ms", "ms_per_token": "ms/token",
     "reply_tokens": "reply tokens", "llm_turn_ms": "LLM turn ms",
@@ -127,7 +133,7 @@ LABELS = {
     "first_piece_ms": "first piece tokens ms", "transport_ms": "transport ms",
     "playback_ms": "playback start ms", "interrupt_ms": "interrupt-to-silence ms",
     "held_ms": "held for commit ms", "mic_wait_ms": "waited for the microphone ms",
-    "handoff_ms": "hand-offs ms",
+    "handoff_ms": "hand-offs ms", "reply_gap_ms": "silence inside the reply ms",
 }
 # Server stage events in the order a turn passes them (the waterfall's rows).
 STAGES = ["start", "asr_start", "asr_decode", "asr_end", "asr_handed", "judged", "model_go",

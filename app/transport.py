@@ -63,7 +63,9 @@ def parse_report(event: dict) -> PlayerReport:
                         t_ms=float(event["t_ms"]),
                         received_ms=_opt_float(event.get("received_ms")),
                         heard=tuple(float(x) for x in event.get("heard", ())),
-                        cause_ms=_opt_float(event.get("cause_ms")))
+                        cause_ms=_opt_float(event.get("cause_ms")),
+                        gap_ms=_opt_float(event.get("gap_ms")),
+                        gaps=None if event.get("gaps") is None else int(event["gaps"]))
 
 
 def _opt_float(value: object) -> float | None:

@@ -423,6 +423,8 @@ class Turn:
             if report.cause_ms is not None:
                 m.interrupt_ms = _round(report.t_ms - report.cause_ms)
             self._cut_to_heard(report.heard)
+        if report.kind in ("done", "stopped") and report.gap_ms is not None:
+            m.reply_gap_ms, m.reply_gaps = _round(report.gap_ms), report.gaps
         self.refresh()
         if report.kind in ("done", "stopped"):
             self._player_over = True

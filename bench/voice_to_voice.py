@@ -70,7 +70,8 @@ reply, ended at the 2 s cap (docs/PERFORMANCE.md): give it more there."""
 MAX_TOKENS = 40
 FIGURES = ["v2v_ms", "probe_v2v_ms", "eot_wait_ms", "asr_ms", "asr_after_speech_ms",
            "ttft_ms", "first_piece_ms", "first_piece_tokens", "tts_first_audio_ms",
-           "transport_ms", "playback_ms", "handoff_ms", "ms_per_token", "reply_tokens"]
+           "transport_ms", "playback_ms", "handoff_ms", "ms_per_token", "reply_tokens",
+           "reply_gap_ms"]
 PROBE_JS = (Path(__file__).parent / "probe.js").read_text()
 OFFLINE = ["--max-tokens", str(MAX_TOKENS), "--edge-proxy", "http://127.0.0.1:9"]
 # the revision before the streaming path had no --preset: its demo settings, spelled out
@@ -250,6 +251,7 @@ def summarise(result: dict, questions: list[str]) -> dict:
     summary["wer"] = round(edits / total, 3) if total else None
     summary["wer_edits"], summary["wer_words"], summary["lost"] = edits, total, lost
     summary["cancelled"] = sum(1 for r in rows if r["cancelled"])
+    summary["gapped"] = sum(1 for r in rows if r.get("reply_gaps"))
     summary["errors"] = [r["error"] for r in rows if r["error"]]
     return summary
 
@@ -282,6 +284,8 @@ def markdown(results: list[dict], command: str, date: str, machine_line: str) ->
         str(r["summary"].get("lost", "–")) for r in results) + " |")
     lines.append("| turns cut by the next question | " + " | ".join(
         str(r["summary"]["cancelled"]) for r in results) + " |")
+    lines.append("| turns with silence inside the reply | " + " | ".join(
+        str(r["summary"].get("gapped", "–")) for r in results) + " |")
     for key, label in (("browser_task_ms", "browser main thread, ms per turn"),
                        ("browser_script_ms", "of which script, ms per turn"),
                        ("page_update_cpu_ms", "server update loop CPU, ms per turn")):

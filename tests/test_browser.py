@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import time
 
+import httpx
 import pytest
 import soundfile as sf
 
@@ -58,6 +59,18 @@ def test_typed_turn_plays_audio_and_shows_figures(app_url, page_for):
                            "output: window.voiceAgent.output})")
     assert player["chunks"] >= 1 and player["played"] == 1
     assert player["output"] == "element"  # played through <audio>: echo cancellation sees it
+    # the silence inside the reply: what the player scheduled, reported, and recorded
+    pieces, done = page.evaluate(
+        "() => [Object.values(window.voiceAgent.turns)[0].pieces,"
+        " window.voiceAgent.log.find(e => e.type === 'done')]")
+    late = [b["start"] - (a["start"] + a["dur"]) for a, b in zip(pieces, pieces[1:], strict=False)]
+    assert done["gaps"] == sum(x > 0 for x in late)
+    assert done["gap_ms"] == pytest.approx(1000 * sum(x for x in late if x > 0), abs=0.01)
+    sid = page.evaluate("() => window.voiceAgent.sid")
+    rows = httpx.get(f"{app_url}agent/export/{sid}.json", timeout=10).json()
+    row = next(r for r in rows if r["endpoint"] == "primary")
+    assert (row["reply_gaps"], row["reply_gap_ms"]) == (done["gaps"],
+                                                         round(done["gap_ms"], 1)), row
     page.wait_for_function("() => document.querySelector('#va-status').innerText"
                            ".includes('Ready')", timeout=60000)
     assert "Hello! Who are you?" in page.inner_text("#va-chat")

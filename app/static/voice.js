@@ -74,8 +74,13 @@
     src.connect(gain);
     const start = Math.max(va.playhead, ctx.currentTime + 0.005);
     src.start(start);
+    const t = va.turns[turn] ||
+      (va.turns[turn] = { pieces: [], sources: [], ended: false, gap: 0, gaps: 0 });
+    if (t.pieces.length && start > va.playhead) {  // the one before had played out: silence
+      t.gap += start - va.playhead;
+      t.gaps += 1;
+    }
     va.playhead = start + ab.duration;
-    const t = va.turns[turn] || (va.turns[turn] = { pieces: [], sources: [], ended: false });
     t.pieces[index] = { start, dur: ab.duration };
     t.sources.push(src);
     va.chunks += 1;
@@ -101,7 +106,8 @@
     const t = va.turns[turn];
     if (t && t.ended && t.sources.length === 0 && !va.stopped[turn] && !t.reported) {
       t.reported = true;
-      send({ type: "done", turn, t_ms: performance.now(), heard: shares(t, Infinity) });
+      send({ type: "done", turn, t_ms: performance.now(), heard: shares(t, Infinity),
+             gap_ms: t.gap * 1000, gaps: t.gaps });
     }
   }
   function pause(msg, arrived) {
@@ -145,7 +151,8 @@
     const t = va.turns[turn];
     if (cause != null) va.interrupts[turn] = silent - cause;
     send({ type: "stopped", turn, t_ms: silent, cause_ms: cause, arrived_ms: arrived,
-           heard: t ? shares(t, upTo) : [] });
+           heard: t ? shares(t, upTo) : [], gap_ms: t ? t.gap * 1000 : null,
+           gaps: t ? t.gaps : null });
   }
 
   // ---- the channel ----------------------------------------------------------------------
