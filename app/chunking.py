@@ -4,7 +4,10 @@ What a listener hears first decides the turn's latency, so the first piece is sh
 ends at a clause break (a comma) or a sentence end, or after the first few words when
 neither comes soon. Later pieces end at sentence breaks (`.!?` followed by a space in
 English, `。！？；` in Mandarin, or a newline); a long sentence is cut into phrases at a
-clause break, or at a word boundary, so no piece takes long to synthesise.
+clause break, or at a word boundary. The phrases grow (`growth`): each may be twice as
+long as the one before, up to `phrase_max_words`, so the next piece is decoded and
+synthesised while the one before plays, and the reply does not fall silent between its
+first pieces waiting for a long phrase (docs/PERFORMANCE.md, "silence inside the reply").
 
 A full stop ends a sentence unless it closes a real abbreviation ("Mr.", "e.g.", "a.m.", a
 single initial) or sits inside a number ("3.5" has no space after the dot): "Nice to meet
@@ -31,15 +34,17 @@ class SentenceChunker:
     """Feed text deltas with `push`; get back complete pieces; `flush` at the end.
 
     first_max_words: the first piece ends after this many words when no clause or
-    sentence break came sooner. phrase_max_words: later pieces are cut after this many
-    words (at the last clause break inside them, else at a word boundary).
+    sentence break came sooner. Later pieces are cut after `first_max_words` x
+    `growth` ** k words (piece k, from 0), at most `phrase_max_words` (at the last clause
+    break inside them, else at a word boundary).
     """
 
     def __init__(self, first_max_words: int = 3, phrase_max_words: int = 14,
                  first_clause_min_chars: int = 8, min_chars: int = 2,
-                 first_max_width: int = 36) -> None:
+                 first_max_width: int = 36, growth: float = 2.0) -> None:
         self.first_max_words = first_max_words
         self.phrase_max_words = phrase_max_words
+        self.growth = growth
         self.first_clause_min_chars = first_clause_min_chars
         self.min_chars = min_chars
         self.first_max_width = first_max_width
@@ -67,6 +72,8 @@ class SentenceChunker:
     def _find_cut(self) -> int | None:
         buf = self._buf
         first = self._emitted == 0
+        most = min(self.phrase_max_words,
+                   round(self.first_max_words * self.growth ** self._emitted))
         clause_cut = None  # the last clause break seen in a long sentence
         words = 0
         for i, ch in enumerate(buf):
@@ -97,7 +104,7 @@ class SentenceChunker:
                 words += 1
                 if first and words >= self.first_max_words:
                     return i
-                if not first and words >= self.phrase_max_words:
+                if not first and words >= most:
                     return clause_cut or i
             elif first and _width(buf[:i + 1]) >= self.first_max_width and is_cjk(ch) \
                     and not _is_last(buf, i):
@@ -131,7 +138,7 @@ def _width(text: str) -> int:
     return sum(3 if is_cjk(ch) else 1 for ch in text)
 
 
-def split_all(text: str, **kwargs: int) -> list[str]:
+def split_all(text: str, **kwargs: float) -> list[str]:
     """Chunk a whole text at once (what the streaming path produces for the same text)."""
     chunker = SentenceChunker(**kwargs)
     return chunker.push(text) + chunker.flush()

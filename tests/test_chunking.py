@@ -32,7 +32,8 @@ def test_streaming_gives_the_same_pieces_as_whole_text():
 
 def test_decimals_times_abbreviations_do_not_cut():
     pieces = split_all("OK. Dr. Smith paid 3.5 dollars at 12:30 today. "
-                       "That is 1,000 cents, e.g. a lot. Mr. J. K. Rowling came at 5 p.m. today.")
+                       "That is 1,000 cents, e.g. a lot. Mr. J. K. Rowling came at 5 p.m. today.",
+                       growth=5)  # sentences whole
     assert pieces == ["OK.", "Dr. Smith paid 3.5 dollars at 12:30 today.",
                       "That is 1,000 cents, e.g. a lot.", "Mr. J. K. Rowling came at 5 p.m. today."]
 
@@ -45,13 +46,17 @@ def test_first_piece_is_short():
         "Yes.", "The capital of France is Paris."]
 
 
-def test_long_sentences_are_cut_into_phrases():
+def test_long_sentences_are_cut_into_phrases_that_grow():
     text = ("Okay. When you go outside in the cold of winter, you should wear a hat and gloves "
             "and a warm coat and thick socks and good boots so that you stay warm all day.")
     pieces = split_all(text)
+    # at most 3 x 2^k words for piece k, cut at a clause break inside when there is one
+    assert pieces[:3] == ["Okay.", "When you go outside in the", "cold of winter,"]
+    assert [len(p.split()) for p in pieces[3:]] == [14, 10]
+    assert " ".join(pieces) == text
+    pieces = split_all(text, growth=5)
     assert pieces[1] == "When you go outside in the cold of winter,"
     assert all(len(p.split()) <= 14 for p in pieces)
-    assert " ".join(pieces) == text
 
 
 def test_mandarin_punctuation():
