@@ -4,10 +4,13 @@ What a listener hears first decides the turn's latency, so the first piece is sh
 ends at a clause break (a comma) or a sentence end, or after the first few words when
 neither comes soon. Later pieces end at sentence breaks (`.!?` followed by a space in
 English, `。！？；` in Mandarin, or a newline); a long sentence is cut into phrases at a
-clause break, or at a word boundary. The phrases grow (`growth`): each may be twice as
-long as the one before, up to `phrase_max_words`, so the next piece is decoded and
-synthesised while the one before plays, and the reply does not fall silent between its
-first pieces waiting for a long phrase (docs/PERFORMANCE.md, "silence inside the reply").
+clause break, or at a word boundary. The phrases grow (`growth`): each may be half as
+long again as the one before, up to `phrase_max_words`, so the next piece is decoded and
+synthesised while the one before plays. A piece is decoded and then synthesised before
+it can play, so where both together take about as long as speaking it (the 2-core CPU
+demo), a phrase much longer than the one before leaves the reply silent between them:
+with 14 words after a first piece of 3 the replies there were silent 2.2 s each (p50),
+with this growth 0.12 s (docs/PERFORMANCE.md, "silence inside the reply").
 
 A full stop ends a sentence unless it closes a real abbreviation ("Mr.", "e.g.", "a.m.", a
 single initial) or sits inside a number ("3.5" has no space after the dot): "Nice to meet
@@ -41,7 +44,7 @@ class SentenceChunker:
 
     def __init__(self, first_max_words: int = 3, phrase_max_words: int = 14,
                  first_clause_min_chars: int = 8, min_chars: int = 2,
-                 first_max_width: int = 36, growth: float = 2.0) -> None:
+                 first_max_width: int = 36, growth: float = 1.5) -> None:
         self.first_max_words = first_max_words
         self.phrase_max_words = phrase_max_words
         self.growth = growth

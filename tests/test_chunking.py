@@ -11,7 +11,10 @@ def stream(text: str, step: int = 3) -> list[str]:
 
 def test_english_sentences():
     text = "Sure! I can help with that. Is it for today? Great."
-    assert split_all(text) == ["Sure!", "I can help with that.", "Is it for today?", "Great."]
+    assert split_all(text, growth=5) == ["Sure!", "I can help with that.", "Is it for today?",
+                                         "Great."]
+    # the second piece is at most 4 words (3 x 1.5), the third 7
+    assert split_all(text) == ["Sure!", "I can help with", "that.", "Is it for today?", "Great."]
 
 
 def test_short_words_before_a_full_stop_end_sentences():
@@ -43,16 +46,17 @@ def test_first_piece_is_short():
     assert split_all("Honestly, if you ask me, it will rain.")[0] == "Honestly,"
     assert split_all("The capital of France is Paris.") == ["The capital of", "France is Paris."]
     assert split_all("Yes. The capital of France is Paris.") == [
-        "Yes.", "The capital of France is Paris."]
+        "Yes.", "The capital of France", "is Paris."]
 
 
 def test_long_sentences_are_cut_into_phrases_that_grow():
     text = ("Okay. When you go outside in the cold of winter, you should wear a hat and gloves "
             "and a warm coat and thick socks and good boots so that you stay warm all day.")
     pieces = split_all(text)
-    # at most 3 x 2^k words for piece k, cut at a clause break inside when there is one
-    assert pieces[:3] == ["Okay.", "When you go outside in the", "cold of winter,"]
-    assert [len(p.split()) for p in pieces[3:]] == [14, 10]
+    # at most 3 x 1.5^k words for piece k (4, 7, 10, then 14), cut at a clause break
+    # inside when there is one
+    assert pieces[:3] == ["Okay.", "When you go outside", "in the cold of winter,"]
+    assert [len(p.split()) for p in pieces[3:]] == [10, 14]
     assert " ".join(pieces) == text
     pieces = split_all(text, growth=5)
     assert pieces[1] == "When you go outside in the cold of winter,"
