@@ -95,10 +95,7 @@ class ServerViews:
 
         def over(ran: bool) -> None:
             if ran:
-                time.sleep(self.settle_s)
-                snap = snapshot(endpoint.base_url)
-                with self._lock:
-                    self._last[endpoint.base_url] = snap
+                self._settled(endpoint)
             with self._lock:
                 if self._asides.get(slot) is done:
                     del self._asides[slot]
@@ -126,8 +123,12 @@ class ServerViews:
             with self._lock:
                 self._last.pop(endpoint.base_url, None)  # try again next time
             return None
+        return between(before, self._settled(endpoint))
+
+    def _settled(self, endpoint) -> dict[str, float] | None:
+        """The snapshot once a request is over, kept as the next one's "before"."""
         time.sleep(self.settle_s)  # the server records a request just after its last chunk
         snap = snapshot(endpoint.base_url)
         with self._lock:
             self._last[endpoint.base_url] = snap
-        return between(before, snap)
+        return snap

@@ -414,7 +414,7 @@ class Turn:
 
     def on_player(self, report: PlayerReport) -> None:
         """The page's player said what it did with this turn's audio."""
-        m = self.metrics
+        m, over = self.metrics, report.kind in ("done", "stopped")
         if report.kind == "audible":
             self.stamps["audible_ms"] = report.t_ms
             if report.received_ms is not None:
@@ -423,10 +423,10 @@ class Turn:
             if report.cause_ms is not None:
                 m.interrupt_ms = _round(report.t_ms - report.cause_ms)
             self._cut_to_heard(report.heard)
-        if report.kind in ("done", "stopped") and report.gap_ms is not None:
+        if over and report.gap_ms is not None:
             m.reply_gap_ms, m.reply_gaps = _round(report.gap_ms), report.gaps
         self.refresh()
-        if report.kind in ("done", "stopped"):
+        if over:
             self._player_over = True
             self._settle()
 

@@ -10,6 +10,7 @@ import httpx
 import pytest
 import soundfile as sf
 
+from app.views import fmt
 from bench.page import fake_mic_file, open_page, start_recording, stop_recording
 from tests.conftest import ARTIFACTS, ASSETS, ROOT, TRANSCRIPTS, word_recall
 
@@ -71,6 +72,9 @@ def test_typed_turn_plays_audio_and_shows_figures(app_url, page_for):
     row = next(r for r in rows if r["endpoint"] == "primary")
     assert (row["reply_gaps"], row["reply_gap_ms"]) == (done["gaps"],
                                                          round(done["gap_ms"], 1)), row
+    # and the page draws it in the turn's figures
+    cell = "#va-figures td[data-endpoint='primary'][data-figure='reply_gap_ms']"
+    assert page.inner_text(cell).strip() == fmt(row["reply_gap_ms"])
     page.wait_for_function("() => document.querySelector('#va-status').innerText"
                            ".includes('Ready')", timeout=60000)
     assert "Hello! Who are you?" in page.inner_text("#va-chat")
