@@ -38,7 +38,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def demo_servers(args: argparse.Namespace) -> list[VllmServer]:
     """The CPU default: the embedded model as primary and, for the A/B, as anchor."""
-    primary = cpu_server(port=args.vllm_port or None)
+    primary = cpu_server(port=args.vllm_port or None, compiled=args.vllm_compiled)
     args.base_url, args.model = primary.base_url, DEMO_SERVED_NAME
     servers = [primary]
     if not args.no_ab and not args.anchor_base_url:
@@ -47,7 +47,7 @@ def demo_servers(args: argparse.Namespace) -> list[VllmServer]:
         # It shares the primary's core at idle priority: a user's turn takes the core from
         # it at once (its request, cut short, is sent again when the conversation is idle).
         anchor = cpu_server(served_name=ANCHOR_SERVED_NAME, log_name="vllm-cpu-anchor.log",
-                            prefix_caching=False)
+                            prefix_caching=False, compiled=args.vllm_compiled)
         anchor.idle_priority = True
         args.anchor_base_url, args.anchor_model = anchor.base_url, ANCHOR_SERVED_NAME
         servers.append(anchor)
@@ -178,7 +178,8 @@ def main(argv: list[str] | None = None) -> None:
         from app.server import create_app, serve
 
         cfg = from_args(args)
-        choices = cpu_choices()  # the whole machine's, before this process is pinned
+        # the whole machine's, before this process is pinned
+        choices = cpu_choices(args.vllm_compiled)
         if cfg.cpus:
             os.sched_setaffinity(0, cfg.cpus)  # before any thread pool starts
         agent = Agent(cfg)

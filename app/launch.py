@@ -284,11 +284,12 @@ def cpu_dtype() -> str:
     return "bfloat16" if native else "float32"
 
 
-def cpu_choices() -> str:
+def cpu_choices(compiled: bool = False) -> str:
     """What the CPU default chose from this CPU, for the page and the log."""
     dtype = cpu_dtype()
     why = "native bf16" if dtype == "bfloat16" else "no native bf16 on this CPU"
-    return (f"CPU: {describe(machine())} · vLLM {dtype} ({why}) on core {vllm_cpu()}; the "
+    mode = "compiled" if compiled else "eager"
+    return (f"CPU: {describe(machine())} · vLLM {dtype} ({why}), {mode}, on core {vllm_cpu()}; the "
             f"app and TTS on {app_cpus()}; ASR on {all_cpus()}")
 
 
@@ -300,8 +301,14 @@ HYBRID_CPU_FLAGS = [*MODEL_FLAGS, "--language-model-only"]
 def cpu_server(model: Path = DEMO_MODEL, served_name: str = DEMO_SERVED_NAME,
                port: int | None = None, log_name: str = "vllm-cpu.log",
                prefix_caching: bool = True, extra_args: list[str] | None = None,
-               hybrid: bool = False) -> VllmServer:
-    """vllm-cpu on the last core of the box, eager mode (starts in ~40 s, not ~2 min).
+               hybrid: bool = False, compiled: bool = False) -> VllmServer:
+    """vllm-cpu on the last core of the box, eager mode (starts in ~40 s, not ~2 min);
+    `compiled`: torch.compile'd (docs/PERFORMANCE.md, "vllm-cpu compiled"): 0.80x a token on
+    the slow EPYC, a first start that compiles for minutes, later ones from the compile cache
+    ~40 s longer than eager. Its AOT path (vLLM's default on torch >= 2.10) never loads
+    what it saved on vllm-cpu 0.32 with torch 2.13 ("'function' object has no attribute
+    'finalize_loading'") and compiles again at every start, so it is turned off: the graph
+    cache it falls back to is read.
     Prefix-cache blocks of 32 tokens (vllm-cpu's default: 128): the part of a growing
     conversation that is prefilled again each turn stays under a block (docs/PERFORMANCE.md,
     "CPU serving"). `hybrid` (Qwen3.5/3.6-MoE, Gated-DeltaNet):
@@ -313,7 +320,8 @@ def cpu_server(model: Path = DEMO_MODEL, served_name: str = DEMO_SERVED_NAME,
         raise SystemExit(f"{model} is not prepared; run `make models` first.")
     return VllmServer(
         model=str(model), served_name=served_name, port=port or free_port(),
-        extra_args=["--max-model-len", "4096", "--max-num-seqs", "8", "--enforce-eager",
+        extra_args=["--max-model-len", "4096", "--max-num-seqs", "8",
+                    *([] if compiled else ["--enforce-eager"]),
                     "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching",
                     "--dtype", "bfloat16" if hybrid else cpu_dtype(),
                     *([] if hybrid else ["--block-size", "32"]),
@@ -321,7 +329,8 @@ def cpu_server(model: Path = DEMO_MODEL, served_name: str = DEMO_SERVED_NAME,
         # One core: with ASR, TTS and a browser on the same 2 cores, vLLM pinned to both
         # was about twice as slow per token as on one (docs/PERFORMANCE.md).
         env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": _cpu_bind(),
-             "VLLM_CPU_NUM_OF_RESERVED_CPU": "1", "VLLM_LOGGING_LEVEL": "INFO"},
+             "VLLM_CPU_NUM_OF_RESERVED_CPU": "1", "VLLM_LOGGING_LEVEL": "INFO",
+             **({"VLLM_USE_AOT_COMPILE": "0"} if compiled else {})},
         log_path=ROOT / "logs" / log_name,
         unset=CAPS if hybrid and capped_below_avx512() else (),
     )

