@@ -15,6 +15,7 @@
 #   bash bench/h200_voice.sh stop                         # stopped (to start them otherwise)
 #   SERVERS=running bash bench/h200_voice.sh OUT 20       # waits for them, then the run
 #   SERVERS=running APP_DIR=.before bash bench/h200_voice.sh OUT 20   # another checkout
+#   SERVERS=running AB_OFF=1 bash bench/h200_voice.sh OUT 20  # the anchor's server up, no A/B
 #   ANCHOR=off VLLM_FLAGS="--max-num-seqs 32" bash bench/h200_voice.sh servers  # for capacity
 #   SERVERS=running CAPACITY=8,16,32 BENCH_FLAGS="--setting w4='--workers 4'" \
 #     bash bench/h200_voice.sh OUT 5                      # bench.capacity, no anchor
@@ -98,7 +99,10 @@ trap 'cp -f $LOGS/vllm-primary.log $LOGS/vllm-anchor.log "$OUT"/ 2>/dev/null || 
 # of a session); else `--launch` starts them with the app
 if [ "${SERVERS:-}" = running ]; then
   python3 -m bench.gpu_servers --wait
-  FLAGS=$(python3 -c "from bench.gpu_servers import endpoints as e; print(*e(${CAPACITY:+False}))")
+  # AB_OFF=1: the app without the A/B though the anchor's server is up (A/B on against off,
+  # back to back on one start of the servers)
+  NO_ANCHOR=${CAPACITY:-}${AB_OFF:-}
+  FLAGS=$(python3 -c "from bench.gpu_servers import endpoints as e; print(*e(${NO_ANCHOR:+False}))")
   read -ra MODEL <<<"$FLAGS"
 else
   MODEL=(--launch "${SERVE[@]}")
