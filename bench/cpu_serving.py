@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import re
 import shlex
 import statistics
 import sys
@@ -33,7 +32,7 @@ from app.config import ROOT, Endpoint, LlmConfig
 from app.launch import cpu_server
 from app.llm import StreamStats, stream_chat
 from app.machine import describe, machine
-from bench.settings import parse_settings, round_orders
+from bench.settings import parse_settings, round_orders, split_env
 
 CONFIGS = {"bf16, 128-token blocks": ["--dtype", "bfloat16", "--block-size", "128"],
            "float32, 128-token blocks": ["--dtype", "float32", "--block-size", "128"],
@@ -45,10 +44,7 @@ QUESTIONS = ["What is the capital of France?", "Tell me a short joke about cats.
 def conversation(name: str, flags: list[str]) -> tuple[float, list[dict]]:
     """(seconds from the server's start until it answered /health, the turns' rows).
     Leading NAME=VALUE items of `flags` go into the server's environment."""
-    env = {}
-    while flags and re.fullmatch(r"[A-Z][A-Z0-9_]*=\S*", flags[0]):
-        key, _, value = flags[0].partition("=")
-        env[key], flags = value, flags[1:]
+    env, flags = split_env(list(flags))
     started = time.monotonic()
     server = cpu_server(log_name=f"bench-cpu-serving-{name}.log", extra_args=flags)
     server.env.update(env)

