@@ -78,6 +78,10 @@ class TurnMetrics:
     """The first audio waited this long for the microphone's frames: they came in late, and
     until they caught up the turn-taking could not know whether the user's voice was back
     (app/turn.py `_mic_behind`)."""
+    voice_wait_ms: float | None = None
+    """The first audio waited this long for the user's voice, back after the commit, to go
+    (app/turn.py `voice_back`): the user might have been going on. Its own figure, so that
+    the stages between the last voiced frame and the first sample heard leave no gap."""
     transport_ms: float | None = None
     """First audio sent by the server -> received by the page."""
     playback_ms: float | None = None
@@ -134,6 +138,7 @@ LABELS = {
     "playback_ms": "playback start ms", "interrupt_ms": "interrupt-to-silence ms",
     "held_ms": "held for commit ms", "mic_wait_ms": "waited for the microphone ms",
     "handoff_ms": "hand-offs ms", "reply_gap_ms": "silence inside the reply ms",
+    "voice_wait_ms": "waited for the user's voice ms",
 }
 # Server stage events in the order a turn passes them (the waterfall's rows).
 STAGES = ["start", "asr_start", "asr_decode", "asr_end", "asr_handed", "judged", "model_go",
@@ -235,6 +240,9 @@ def fill_timeline(m: TurnMetrics, stamps: dict[str, float], last_voiced_ms: floa
     m.held_ms = held if held is not None and held > 0 else None
     if "mic_behind" in stamps and "first_sent" in stamps:
         m.mic_wait_ms = ms(stamps["first_sent"] - stamps["mic_behind"])
+    if "voice_back" in stamps and "first_sent" in stamps and "first_audio" in stamps:
+        wait = stamps["first_sent"] - max(stamps["first_audio"], stamps["voice_back"])
+        m.voice_wait_ms = ms(wait) if wait > 0 else None
     m.transport_ms = span("first_sent", "received")
     gaps = [g for a, b, _ in HANDOFFS if (g := handoff(a, b)) is not None]
     m.handoff_ms = round(sum(gaps), 1) if gaps else None

@@ -27,11 +27,12 @@ BARS = [
     ("TTFT", "llm_sent", "first_token"),
     ("first piece tokens", "first_token", "first_piece"),
     ("TTS first audio", "first_piece", "first_audio"),
+    ("audio held", "first_audio", "first_sent"),  # for the commit, the voice or the mic
     ("transport", "first_sent", "received"),
     ("playback start", "received", "audible"),
 ]
 BAR_COLORS = ["#999999", "#c7c7c7", "#9467bd", "#bcbd22", "#d62728", "#ff7f0e", "#2ca02c",
-              "#17becf", "#8c564b"]
+              "#e377c2", "#17becf", "#8c564b"]
 
 
 def _nice_max(value: float) -> float:

@@ -84,6 +84,8 @@ def summarize(rows: list[dict], client_v2v: list[float]) -> dict:
         "client_v2v_ms": {"p50": percentile(client_v2v, 50),
                           "p90": percentile(client_v2v, 90)},
         "stage_medians_ms": {k: med("primary", k) for k in STAGES},
+        "voice_waits": {"turns": sum(r.get("voice_wait_ms") is not None for r in primary),
+                        "p50_ms": med("primary", "voice_wait_ms")},
         "ab_medians": {e: {k: med(e, k) for k in ("ttft_ms", "ms_per_token", "llm_turn_ms")}
                        for e in ("primary", "anchor")},
         "timeline_medians_ms": median_timeline(primary),
@@ -110,6 +112,9 @@ def markdown(summary: dict, command: str) -> str:
              "| stage (primary, median) | ms |", "|---|---|"]
     lines += [f"| {k.removesuffix('_ms').replace('_', ' ')} | {v} |"
               for k, v in s["stage_medians_ms"].items()]
+    waits = s["voice_waits"]
+    lines += ["", f"Turns whose first audio waited for the user's voice to go: "
+              f"{waits['turns']} (median wait {waits['p50_ms']} ms)."]
     line = s["timeline_medians_ms"]
     lines += ["", "Median timeline, ms after the last voiced frame: " +
               " · ".join(f"{k} {v}" for k, v in line.items())]

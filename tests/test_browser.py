@@ -19,7 +19,7 @@ V2V_CELL = "#va-figures td[data-endpoint='primary'][data-figure='v2v_ms']"
 SCRIPTED_MIC = (ROOT / "bench" / "scripted_mic.js").read_text()
 STAGES = ["end-of-turn wait", "pause seen", "ASR", "end-of-turn verdict", "TTFT", "anchor TTFT",
           "first piece tokens",
-          "TTS first audio", "transport", "playback start"]
+          "TTS first audio", "audio held", "transport", "playback start"]
 
 
 @pytest.fixture

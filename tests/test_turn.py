@@ -155,6 +155,15 @@ def test_one_owner_fills_every_stage_figure():
     fill_timeline(m, {**stamps, "model_go": t0 + 0.455}, 900.0, clock)
     assert m.timeline["model_go"] == pytest.approx(455.0, abs=0.2)
     assert m.handoff_ms == pytest.approx(33.0, abs=0.2)
+    assert m.voice_wait_ms is None
+    # the user's voice back after the commit held the first audio until it went: its own
+    # figure, from the later of the audio ready and the voice back, to the audio sent
+    held = {**stamps, "first_sent": t0 + 1.2, "received_ms": 900.0 + 1203.0}
+    fill_timeline(m, {**held, "voice_back": t0 + 0.85}, 900.0, clock)
+    assert m.voice_wait_ms == pytest.approx(300.0, abs=0.2)
+    fill_timeline(m, {**held, "voice_back": t0 + 1.0}, 900.0, clock)
+    assert m.voice_wait_ms == pytest.approx(200.0, abs=0.2)
+    assert m.transport_ms == pytest.approx(3.0, abs=0.2)
 
 
 def test_transport_is_known_when_the_page_answers_before_the_sender_runs_again():

@@ -59,10 +59,10 @@ def test_waterfall_has_a_bar_per_stage_with_its_milliseconds():
     anchor = TurnMetrics(3, "anchor", ttft_ms=180.0)
     svg = waterfall(last, anchor, [last])
     stages = ["end-of-turn wait", "pause seen", "ASR", "TTFT", "anchor TTFT", "first piece tokens",
-              "TTS first audio", "transport", "playback start"]
+              "TTS first audio", "audio held", "transport", "playback start"]
     for stage in stages:
         assert f"data-stage='{stage}'" in svg, stage
-    for ms in ("420", "130", "100", "138", "180", "240", "2", "47"):
+    for ms in ("420", "130", "100", "138", "180", "240", "1", "2", "47"):
         assert f">{ms}</text>" in svg, ms
     assert len(pictures(rows())) == 5
     # the axis ends at the next round number above the longest bar (950 ms -> 1,000)
