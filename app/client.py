@@ -83,18 +83,21 @@ class AgentBusy(ConnectionError):
 
 class VoiceClient:
     def __init__(self, base_url: str, auth: tuple[str, str] | None = None,
-                 rate: int = 48000, verify: ssl.SSLContext | bool = True) -> None:
+                 rate: int = 48000, verify: ssl.SSLContext | bool = True,
+                 timeout_s: float = 30.0) -> None:
         """`verify`: how an https app's certificate is checked (a context that trusts a
-        self-signed one, say)."""
+        self-signed one, say); `timeout_s`: for each HTTP request, the audio channel's
+        handshake and its first message."""
         self.base_url = base_url.rstrip("/") + "/"
         self.rate = rate
         self.verify = verify
+        self.timeout_s = timeout_s
         self.sid = ""
         self._ws = None
         self._seq = 0
         # keeps the cookies an app with --workers sets (its balancer's: which worker holds
         # this session); the audio channel sends them back
-        self._http = httpx.Client(auth=auth, timeout=30, verify=verify)
+        self._http = httpx.Client(auth=auth, timeout=timeout_s, verify=verify)
 
     # --- HTTP routes ---------------------------------------------------------------------
     def _json(self, path: str, method: str = "GET") -> object:
@@ -117,9 +120,14 @@ class VoiceClient:
         self.sid = sid or self._json("agent/session", "POST")["sid"]  # type: ignore[index]
         url = self.base_url.replace("http", "ws", 1) + f"agent/ws/{self.sid}"
         cookies = "; ".join(f"{c.name}={c.value}" for c in self._http.cookies.jar)
-        self._ws = connect(url, max_size=None, ssl=self._ssl(url),
-                           additional_headers={"Cookie": cookies} if cookies else None)
-        first = json.loads(self._ws.recv(timeout=30))
+        try:
+            self._ws = connect(url, max_size=None, ssl=self._ssl(url),
+                               open_timeout=self.timeout_s,
+                               additional_headers={"Cookie": cookies} if cookies else None)
+        except TimeoutError as exc:
+            raise ConnectionError(f"{url}: no answer to the audio channel's handshake in "
+                                  f"{self.timeout_s:g} s") from exc
+        first = json.loads(self._ws.recv(timeout=self.timeout_s))
         if first.get("type") == "busy":  # a released session's slot was taken meanwhile
             self.close()
             raise AgentBusy(first["message"], first.get("retry_after_s", 0))

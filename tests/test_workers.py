@@ -10,6 +10,7 @@ import os
 import signal
 import ssl
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -92,6 +93,17 @@ def workers(endpoint, tmp_path_factory):
         app.stop()
 
 
+@contextmanager
+def logs_on_failure(*paths: Path, lines: int = 30):
+    """A failure here carries the last lines of the processes' logs (CI keeps no files)."""
+    try:
+        yield
+    except Exception as exc:
+        tails = [f"--- {p.name}:\n" + "\n".join(
+            p.read_text(errors="replace").splitlines()[-lines:]) for p in paths if p.exists()]
+        raise AssertionError(f"{exc!r}\n" + "\n".join(tails)) from exc
+
+
 def live(app: AppServer, worker: int) -> float:
     text = get(app, f"workers/{worker}/metrics").text
     return next(s.value for f in text_string_to_metric_families(text) for s in f.samples
@@ -109,7 +121,10 @@ def test_sessions_spread_over_the_workers_and_stay_on_theirs(workers):
     assert hint.status_code == 404 and "/workers/2/metrics" in hint.text
     assert get(workers, "workers/1/metrics", auth=None).status_code == 401  # its login
     speech, _ = sf.read(ASSETS / "en_capital.wav", dtype="float32")
-    with VoiceClient(workers.url, auth=AUTH, verify=workers.verify) as a, \
+    logs = [workers.log_path, *(ROOT / "logs" / n for n in
+                                ("app-worker-1.log", "app-worker-2.log", "haproxy.log"))]
+    with logs_on_failure(*logs), \
+            VoiceClient(workers.url, auth=AUTH, verify=workers.verify) as a, \
             VoiceClient(workers.url, auth=AUTH, verify=workers.verify) as b:
         held = {a._http.cookies[COOKIE], b._http.cookies[COOKIE]}
         assert held == {"w1", "w2"}  # the second caller went to the idle worker
