@@ -46,6 +46,7 @@ NO_SPEECH = 0.8  # a transcript whose no-speech probability is higher is dropped
 # faster-whisper's defaults: decode again, warmer, while the text is this repetitive
 TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 MAX_COMPRESSION = 2.4
+MAX_WORDS_PER_S = 5.0  # faster than anyone speaks, pauses and the clip's silence left in
 UNSURE = -0.6  # mean token log-probability under which an English-only model is unsure
 # The detector's probability at or above which a language other than English is taken. On
 # the demo's clips at three start shifts (0, 10, 20 ms) Whisper base gave every Mandarin one
@@ -299,6 +300,7 @@ class Asr:
                 out.append(("", 0.0, False))
                 continue
             text = tok.decode(result.sequences_ids[0]).strip()
+            text = first_copy(text, seconds) or text
             out.append((text, result.scores[0], compression_ratio(text) > MAX_COMPRESSION))
         return out
 
@@ -343,6 +345,26 @@ def repeated(text: str) -> bool:
     return any(all(w[i] == w[i % period] for i in range(len(w) - 1))
                and w[-1] and w[len(w) - 1 - period].startswith(w[-1])
                for period in range(2, len(w) // 2 + 1))
+
+
+def first_copy(text: str, seconds: float) -> str | None:
+    """The phrase a looping transcript writes over and over, as first written ("Tell me a
+    joke" for "Tell me a joke Tell me a joke Tell me a joke Tell me" heard in 1.3 s), where
+    no one could have said all of `text` in `seconds` (more than `MAX_WORDS_PER_S`) but
+    could have said that phrase; else None (and where its words do not map one to one onto
+    its spaces: Mandarin).
+
+    Whisper in a window shorter than its 30 s often writes the words said, then the same
+    again and again (tiny.en, the slow EPYC, 40 utterances: 18 in a 4 s window, 7 in 6 s,
+    none in 10 s; docs/PERFORMANCE.md). A phrase really said twice fits its time and is
+    left whole (and read again in a longer window)."""
+    w = words(text)
+    tokens = text.split()
+    if not repeated(text) or len(tokens) != len(w) or len(w) <= MAX_WORDS_PER_S * seconds:
+        return None
+    period = next(p for p in range(2, len(w) // 2 + 1)
+                  if all(w[i] == w[i % p] for i in range(len(w) - 1)))
+    return " ".join(tokens[:period]) if period <= MAX_WORDS_PER_S * seconds else None
 
 
 def compression_ratio(text: str) -> float:

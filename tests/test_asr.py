@@ -152,6 +152,21 @@ def test_a_phrase_written_twice_over_is_recognised():
         assert not repeated(said), said
 
 
+def test_a_loop_no_one_could_have_said_in_its_time_keeps_its_first_copy():
+    """tiny.en in a short window writes the words, then again and again: more words than
+    the clip's seconds could hold. The first copy is what was said; a repetition that fits
+    its time is left whole, as is Mandarin (no spaces to cut at)."""
+    from app.asr import first_copy
+
+    assert first_copy("Tell me a joke Tell me a joke Tell me a joke Tell me", 1.28) == \
+        "Tell me a joke"
+    assert first_copy("Where are you from? Where are you from? Where are you", 1.25) == \
+        "Where are you from?"
+    assert first_copy("Hello? Who are you? Hello? Who are you?", 3.5) is None  # 2.3 a second
+    assert first_copy("Can you name three colors?", 0.5) is None  # fast, but no loop
+    assert first_copy("我想知道我想知道我想知道我想知道", 1.0) is None
+
+
 def test_a_repeated_window_transcript_is_read_again_on_the_whole_window(caplog):
     """A phrase that was really said twice reads the same on the 30 s window: the second
     reading costs time, never words."""

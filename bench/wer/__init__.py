@@ -85,7 +85,7 @@ def record(name: str, results: dict[str, float], errors: list[str]) -> None:
     """`results` (WER or ms per path) and the misheard clips as JSON and a markdown table,
     with the command, the date and the CPU, under docs/bench/asr_caps/NAME.{json,md}."""
     box = machine()
-    command = "python -m " + sys.modules["__main__"].__spec__.name
+    command = " ".join(["python -m " + sys.modules["__main__"].__spec__.name, *sys.argv[1:]])
     date = dt.date.today().isoformat()
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / f"{name}.json").write_text(

@@ -1,17 +1,19 @@
-"""Run: .venv/bin/python -m bench.wer.windows (about 4 min).
+"""Run: .venv/bin/python -m bench.wer.windows [SECONDS ...] (about 4 min; default 8 7 6).
 
 The ASR window for short utterances (`--asr-short-window-s`), chosen on what the app
 hears: the benchmark's 24 questions and the labelled set's 16 finished English sentences
 (assets/turns, other voices) played through Chromium's microphone with the page's
 processing on, cut by the app's endpointer (each utterance's last speculative pause), and
 transcribed by the demo's ASR (tiny.en, the language told by Whisper base when unsure) with
-the 10 s window alone and with a short one of 8, 7 or 6 s: WER, ms per clip, and how many
-clips looped in the short window and were read again in a longer one."""
+the 10 s window alone and with each short one given (8, 7 and 6 s by default): WER, ms
+per clip, and how many clips looped in the short window and were read again in a longer
+one."""
 
 import dataclasses
 import json
 import logging
 import statistics
+import sys
 
 import numpy as np
 import soundfile as sf
@@ -51,7 +53,7 @@ logging.getLogger("app.asr").addHandler(reread)
 logging.getLogger("app.asr").setLevel(logging.INFO)
 results: dict[str, float] = {"clips cut by the endpointer": len(clips)}
 errors: list[str] = []
-for short in (0.0, 8.0, 7.0, 6.0):
+for short in (0.0, *(float(a) for a in sys.argv[1:] or (8, 7, 6))):
     name = f"{short:g} s window, else 10 s" if short else "10 s window"
     asr = Asr(dataclasses.replace(DEMO, short_window_s=short))
     asr.setup()
@@ -61,4 +63,4 @@ for short in (0.0, 8.0, 7.0, 6.0):
     results[f"ms per clip p50 / p90 / max, {name}"] = " / ".join(
         f"{v:.1f}" for v in (statistics.median(ms), np.percentile(ms, 90), max(ms)))
     results[f"clips read again in a longer window, {name}"] = reread.count
-record("windows", results, errors)
+record("_".join(["windows", *sys.argv[1:]]), results, errors)
