@@ -112,6 +112,10 @@ DETECTORS = ("off", "words", "model", "audio", "words+model", "words+audio", "mo
              "words+model+audio")
 
 
+CPU_SHORT_WINDOW_S = 6.0
+"""`--asr-short-window-s` on the CPU (on a GPU the encoder's window costs little: off)."""
+
+
 @dataclass
 class AsrConfig:
     model: str = str(MODELS / "whisper-base")
@@ -138,14 +142,12 @@ class AsrConfig:
     utterances take it); `python -m bench.asr` compares the two (docs/PERFORMANCE.md)."""
     short_window_s: float = 0.0
     """A shorter window for an utterance at least 1 s shorter than it (0: off, the 10 s one
-    for all). The encoder's cost follows the window: on the demo's ASR, 2 Xeon cores, the
-    questions and sentences as the page's microphone and the endpointer give them, 7 s
-    took 77 -> 55 ms a clip (p50), WER 0.040 -> 0.026 (`python -m bench.wer.windows`).
-    But live, in three voice-to-voice runs with the AVX2 paths forced, it moved the turn's
-    end 22-41 ms earlier (p50) and the ear not at all (0.99-1.09x), while its p90 rose
-    100-300 ms (4 in 40 clips loop or leave tiny.en unsure in a short window and are read
-    again in the 10 s one) and the WER came out higher in all three (docs/PERFORMANCE.md):
-    off by default."""
+    for all); the app's default on the CPU is `CPU_SHORT_WINDOW_S`. The encoder's cost
+    follows the window. A transcript that loops there keeps its first copy when the clip
+    could not hold the rest (`app.asr.first_copy`), so few are read again: on the slow
+    AVX2 EPYC, 40 questions and sentences as the page's microphone and the endpointer give
+    them, 6 s took 357 -> 210 ms a clip (p50; p90 388 -> 274), WER 0.031 -> 0.026, 4 of 40
+    read again in 10 s (`python -m bench.wer.windows 6 5 4`, docs/PERFORMANCE.md)."""
     batch: int = 16
     """At most this many waiting requests (other conversations' turns) decoded together."""
     host: str = ""
@@ -288,9 +290,10 @@ def parser() -> argparse.ArgumentParser:
                    "transcript (DIR/heard.tsv): what the agent heard")
     g.add_argument("--asr-beam", type=positive_int, default=AsrConfig.beam_size,
                    help="Whisper's beam search width (1: greedy)")
-    g.add_argument("--asr-short-window-s", type=short_window, default=AsrConfig.short_window_s,
+    g.add_argument("--asr-short-window-s", type=short_window, default=None,
                    help="a shorter encoder window for an utterance a second shorter than it "
-                   f"(2-9 s; default 0: the {AsrConfig.window_s:g} s one for all)")
+                   f"(2-9 s, 0: the {AsrConfig.window_s:g} s one for all; default "
+                   f"{CPU_SHORT_WINDOW_S:g} on the CPU, 0 with --asr-device cuda)")
     g.add_argument("--vad-silence-ms", type=int, default=VadConfig.silence_ms)
     g.add_argument("--vad-threshold", type=float, default=VadConfig.threshold)
     g.add_argument("--eager-ms", type=non_negative_int, default=None,
@@ -440,7 +443,7 @@ def from_args(args: argparse.Namespace) -> AppConfig:
         asr=AsrConfig(model=args.asr_model, language=args.language or "auto",
                       cpus=parse_cpus(args.asr_cpus), detect_model=args.asr_detect_model,
                       device=args.asr_device, host=args.asr_host, beam_size=args.asr_beam,
-                      short_window_s=args.asr_short_window_s,
+                      short_window_s=asr_short_window(args),
                       compute_type="float16" if args.asr_device == "cuda" else "int8"),
         model_languages=tuple(x.strip() for x in (args.model_languages or "en,zh").split(",")
                               if x.strip()),
@@ -477,6 +480,12 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
     return value
+
+
+def asr_short_window(args: argparse.Namespace) -> float:
+    if args.asr_short_window_s is not None:
+        return args.asr_short_window_s
+    return 0.0 if args.asr_device == "cuda" else CPU_SHORT_WINDOW_S
 
 
 def short_window(text: str) -> float:

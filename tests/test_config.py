@@ -1,6 +1,6 @@
 import pytest
 
-from app.config import from_args, parser
+from app.config import CPU_SHORT_WINDOW_S, from_args, parser
 
 
 def test_defaults_bind_loopback():
@@ -176,7 +176,8 @@ def test_the_model_request_waits_for_a_longer_silence_on_the_cpu_only():
 
 
 def test_the_asr_short_window_is_a_span_a_clip_fits_or_off(capsys):
-    assert from_args(parser().parse_args([])).asr.short_window_s == 0
+    assert from_args(parser().parse_args([])).asr.short_window_s == CPU_SHORT_WINDOW_S
+    assert from_args(parser().parse_args(["--asr-device", "cuda"])).asr.short_window_s == 0
     assert from_args(parser().parse_args(["--asr-short-window-s", "0"])).asr.short_window_s == 0
     assert from_args(parser().parse_args(["--asr-short-window-s", "4"])).asr.short_window_s == 4
     for bad in ("1", "9.5", "-2"):
