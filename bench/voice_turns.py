@@ -114,7 +114,8 @@ def markdown(summary: dict, command: str) -> str:
               for k, v in s["stage_medians_ms"].items()]
     waits = s["voice_waits"]
     lines += ["", f"Turns whose first audio waited for the user's voice to go: "
-              f"{waits['turns']} (median wait {waits['p50_ms']} ms)."]
+              f"{waits['turns']}" + (f" (median wait {waits['p50_ms']} ms)." if waits["turns"]
+                                     else ".")]
     line = s["timeline_medians_ms"]
     lines += ["", "Median timeline, ms after the last voiced frame: " +
               " · ".join(f"{k} {v}" for k, v in line.items())]
