@@ -48,30 +48,34 @@ def test_missing_model_dir_says_what_to_do():
         Asr(AsrConfig(model="/nonexistent/whisper")).setup()
 
 
-def test_short_windows_transcribe_like_the_whole_window():
-    """With `--asr-short-window-s 7` the app encodes a 7 s window for an utterance that fits
-    it, 10 s (the default for all) for one up to 9 s: the same words as Whisper's 30 s
-    window on the committed clips; a longer utterance takes the 30 s path."""
+def test_short_windows_transcribe_like_the_whole_window(caplog):
+    """On the CPU the app encodes a 6 s window (`CPU_SHORT_WINDOW_S`) for an utterance that
+    fits it, 10 s for one up to 9 s: the same words as Whisper's 30 s window on the
+    committed clips, none read again; a longer utterance takes the 30 s path."""
+    from app.config import CPU_SHORT_WINDOW_S
+
     tiny = tiny_en_dir()
-    seven, ten, whole = (Asr(AsrConfig(model=tiny, language="en", window_s=w,
-                                       short_window_s=s)) for w, s in ((10, 7), (10, 0), (30, 0)))
-    for asr in (seven, ten, whole):
+    short, ten, whole = (Asr(AsrConfig(model=tiny, language="en", window_s=w, short_window_s=s))
+                         for w, s in ((10, CPU_SHORT_WINDOW_S), (10, 0), (30, 0)))
+    for asr in (short, ten, whole):
         asr.setup()
     for name in ("en_capital.wav", "en_joke.wav", "en_weather.wav", "en_hello.wav"):
         audio, _ = sf.read(ASSETS / name, dtype="float32")
-        assert seven.window(audio) == 7 and ten.window(audio) == 10
-        a, b, c = (asr.process(1, audio).text for asr in (seven, ten, whole))
+        assert short.window(audio) == 6 and ten.window(audio) == 10
+        with caplog.at_level("INFO", logger="app.asr"):
+            a, b, c = (asr.process(1, audio).text for asr in (short, ten, whole))
+        assert "reading the" not in caplog.text, caplog.text
         assert words(a) == words(b) == words(c), (a, b, c)
         assert word_recall(TRANSCRIPTS[name], a) >= 0.8
     clip, _ = sf.read(ASSETS / "en_capital.wav", dtype="float32")
     weather, _ = sf.read(ASSETS / "en_weather.wav", dtype="float32")
     middle = np.concatenate([clip, np.zeros(16000 * 2, np.float32), weather])  # 7 s
-    assert seven.window(middle) == 10 and seven.window(clip, middle) == 10  # a batch: one shape
-    said = words(seven.process(2, middle).text)
+    assert short.window(middle) == 10 and short.window(clip, middle) == 10  # a batch: one shape
+    said = words(short.process(2, middle).text)
     assert "capital" in said and "winter" in said, said
     long = np.concatenate([clip, np.zeros(16000 * 8, np.float32), clip])  # > 9 s
-    assert seven.window(long) is None
-    assert words(seven.process(3, long).text).count("capital") == 2
+    assert short.window(long) is None
+    assert words(short.process(3, long).text).count("capital") == 2
 
 
 def test_requests_that_wait_together_are_decoded_as_one_batch():

@@ -16,7 +16,7 @@ import numpy as np
 import soundfile as sf
 
 from app.asr import Asr
-from app.config import MODELS, ROOT, AsrConfig, VadConfig
+from app.config import CPU_SHORT_WINDOW_S, MODELS, ROOT, AsrConfig, VadConfig
 from app.machine import describe, machine
 from app.messages import MicFrame
 from app.prepare import tiny_en_dir
@@ -27,8 +27,9 @@ OUT = ROOT / "docs" / "bench" / "asr_caps"
 FRAME = 320  # 20 ms, as the page sends them
 TINY_EN = tiny_en_dir()  # the demo's ASR
 DEMO = AsrConfig(model=TINY_EN, language="auto", detect_model=str(MODELS / "whisper-base"),
-                 cpu_threads=2)
-"""The demo's ASR: tiny.en, Whisper base telling the language when tiny.en is unsure."""
+                 cpu_threads=2, short_window_s=CPU_SHORT_WINDOW_S)
+"""The demo's ASR: tiny.en (a 6 s window for a short utterance), Whisper base telling the
+language when tiny.en is unsure."""
 
 
 def whisper(path: str, beam_size: int = AsrConfig.beam_size) -> Asr:
