@@ -341,10 +341,15 @@ def repeated(text: str) -> bool:
     last copy perhaps cut short, inside a word too ("Hello? Who are you? Hello? Who are
     you? Hello?", "... about dairlfriends Tell me something about dairlfriend": a loop
     stopped by the length cap)."""
-    w = words(text)
-    return any(all(w[i] == w[i % period] for i in range(len(w) - 1))
-               and w[-1] and w[len(w) - 1 - period].startswith(w[-1])
-               for period in range(2, len(w) // 2 + 1))
+    return loop_period(words(text)) is not None
+
+
+def loop_period(w: list[str]) -> int | None:
+    """How many words the phrase `repeated` finds written over and over in `w` is long
+    (the shortest such phrase), or None."""
+    return next((period for period in range(2, len(w) // 2 + 1)
+                 if all(w[i] == w[i % period] for i in range(len(w) - 1))
+                 and w[-1] and w[len(w) - 1 - period].startswith(w[-1])), None)
 
 
 def first_copy(text: str, seconds: float) -> str | None:
@@ -360,11 +365,12 @@ def first_copy(text: str, seconds: float) -> str | None:
     left whole (and read again in a longer window)."""
     w = words(text)
     tokens = text.split()
-    if not repeated(text) or len(tokens) != len(w) or len(w) <= MAX_WORDS_PER_S * seconds:
+    if len(tokens) != len(w) or len(w) <= MAX_WORDS_PER_S * seconds:
         return None
-    period = next(p for p in range(2, len(w) // 2 + 1)
-                  if all(w[i] == w[i % p] for i in range(len(w) - 1)))
-    return " ".join(tokens[:period]) if period <= MAX_WORDS_PER_S * seconds else None
+    period = loop_period(w)
+    if period is None or period > MAX_WORDS_PER_S * seconds:
+        return None
+    return " ".join(tokens[:period])
 
 
 def compression_ratio(text: str) -> float:
