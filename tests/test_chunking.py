@@ -47,6 +47,9 @@ def test_first_piece_is_short():
     assert split_all("The capital of France is Paris.") == ["The capital of", "France is Paris."]
     assert split_all("Yes. The capital of France is Paris.") == [
         "Yes.", "The capital of France", "is Paris."]
+    # --first-piece-words 2: the phrases after it grow by half from two
+    assert split_all("The capital of France is Paris.", first_max_words=2) == [
+        "The capital", "of France is", "Paris."]
 
 
 def test_long_sentences_are_cut_into_phrases_that_grow():
