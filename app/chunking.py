@@ -39,7 +39,8 @@ class SentenceChunker:
     first_max_words: the first piece ends after this many words when no clause or
     sentence break came sooner. Later pieces are cut after `first_max_words` x
     `growth` ** k words (piece k, from 0), at most `phrase_max_words` (at the last clause
-    break inside them, else at a word boundary).
+    break inside them, else at a word boundary). The app passes `--first-piece-words`
+    (`TtsConfig.first_piece_words`).
     """
 
     def __init__(self, first_max_words: int = 3, phrase_max_words: int = 14,

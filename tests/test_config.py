@@ -187,9 +187,9 @@ def test_the_asr_short_window_is_a_span_a_clip_fits_or_off(capsys):
 
 
 def test_the_first_piece_is_a_count_of_words(capsys):
-    assert from_args(parser().parse_args([])).tts.first_piece_words == 3
-    cfg = from_args(parser().parse_args(["--first-piece-words", "2"]))
-    assert cfg.tts.first_piece_words == 2
+    assert from_args(parser().parse_args([])).tts.first_piece_words == 2
+    cfg = from_args(parser().parse_args(["--first-piece-words", "3"]))
+    assert cfg.tts.first_piece_words == 3
     with pytest.raises(SystemExit):
         parser().parse_args(["--first-piece-words", "0"])
     assert "--first-piece-words" in capsys.readouterr().err
