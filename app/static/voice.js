@@ -112,6 +112,7 @@
   }
   function pause(msg, arrived) {
     // silent within a few ms (a short fade, then the clock stops), queue and position kept
+    const handled = performance.now();  // arrived: in the Worker; handled: here
     const now = ctx.currentTime;
     gain.gain.cancelScheduledValues(now);
     gain.gain.setTargetAtTime(0, now, 0.002);
@@ -119,7 +120,7 @@
     va.paused = { turn: msg.turn, silent, cause_ms: msg.cause_ms, upTo: heardUpTo() + 0.01 };
     setTimeout(() => { if (va.paused) ctx.suspend(); }, 15);
     send({ type: "paused", turn: msg.turn, t_ms: silent, cause_ms: msg.cause_ms,
-           arrived_ms: arrived });
+           arrived_ms: arrived, handled_ms: handled });
   }
   function unpause() {
     if (!va.paused) return;
@@ -131,6 +132,7 @@
   }
   function stop(msg, arrived) {
     // silence first: every queued source stops at the next render quantum
+    const handled = performance.now();
     const was = va.paused;
     const upTo = was ? was.upTo : heardUpTo();
     for (const key of Object.keys(va.turns)) {
@@ -151,8 +153,8 @@
     const t = va.turns[turn];
     if (cause != null) va.interrupts[turn] = silent - cause;
     send({ type: "stopped", turn, t_ms: silent, cause_ms: cause, arrived_ms: arrived,
-           heard: t ? shares(t, upTo) : [], gap_ms: t ? t.gap * 1000 : null,
-           gaps: t ? t.gaps : null });
+           handled_ms: handled, heard: t ? shares(t, upTo) : [],
+           gap_ms: t ? t.gap * 1000 : null, gaps: t ? t.gaps : null });
   }
 
   // ---- the channel ----------------------------------------------------------------------
