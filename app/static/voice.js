@@ -9,7 +9,10 @@
 // Player: reply PCM scheduled back to back with Web Audio, routed through a MediaStream
 // into an <audio> element (a path the browser's echo canceller covers, unlike Web Audio's
 // own output); it reports when a turn's first sample is audible, and on a stop command it
-// goes silent at once and reports how much of each piece was heard.
+// goes silent at once and reports how much of each piece was heard. Silent at once: a
+// gate (an AudioWorklet after the player's gain) that the Worker closes itself when a pause
+// or stop arrives, so a main thread busy with Gradio's renders (109-449 ms seen) does not
+// hold the silence; the main thread does the bookkeeping when it gets there.
 // Runs once the page has loaded and the server issued its session id (app/hub.py); a page
 // beyond --max-sessions gets a ticket instead, which the channel answers with the spoken
 // busy notice (played at the first click: autoplay rules) before it closes.
@@ -25,6 +28,7 @@
   if (ctx.createMediaStreamDestination) {
     const dest = ctx.createMediaStreamDestination();
     gain.connect(dest);
+    va.dest = dest;
     const el = document.createElement("audio");
     el.id = "va-out";
     el.autoplay = true;
@@ -110,14 +114,20 @@
              gap_ms: t.gap * 1000, gaps: t.gaps });
     }
   }
-  function pause(msg, arrived) {
+  // the context time at which the player went quiet: when the gate closed, if it did
+  const quietAt = (closed, t) => (closed != null ? Math.min(closed, t) : t);
+  function reopen() {  // after the stopped sources' last quantum
+    if (va.gate) setTimeout(() => channel.postMessage({ type: "gate_open" }), 30);
+  }
+  function pause(msg, arrived, closed) {
     // silent within a few ms (a short fade, then the clock stops), queue and position kept
     const handled = performance.now();  // arrived: in the Worker; handled: here
     const now = ctx.currentTime;
     gain.gain.cancelScheduledValues(now);
     gain.gain.setTargetAtTime(0, now, 0.002);
-    const silent = audibleAt(now + 0.01);
-    va.paused = { turn: msg.turn, silent, cause_ms: msg.cause_ms, upTo: heardUpTo() + 0.01 };
+    const silent = audibleAt(quietAt(closed, now) + 0.01);
+    va.paused = { turn: msg.turn, silent, cause_ms: msg.cause_ms,
+                  upTo: quietAt(closed, heardUpTo()) + 0.01 };
     setTimeout(() => { if (va.paused) ctx.suspend(); }, 15);
     send({ type: "paused", turn: msg.turn, t_ms: silent, cause_ms: msg.cause_ms,
            arrived_ms: arrived, handled_ms: handled });
@@ -128,26 +138,29 @@
     ctx.resume().then(() => {
       gain.gain.cancelScheduledValues(ctx.currentTime);
       gain.gain.setTargetAtTime(1, ctx.currentTime, 0.002);
+      if (va.gate) channel.postMessage({ type: "gate_open" });
     });
   }
-  function stop(msg, arrived) {
+  function stop(msg, arrived, closed) {
     // silence first: every queued source stops at the next render quantum
     const handled = performance.now();
     const was = va.paused;
-    const upTo = was ? was.upTo : heardUpTo();
+    const upTo = was ? was.upTo : quietAt(closed, heardUpTo());
     for (const key of Object.keys(va.turns)) {
       const t = va.turns[key];
       for (const s of t.sources) { try { s.stop(); } catch (e) { /* not started */ } }
       t.sources = [];
     }
     // already paused: it went silent then, for the cause that paused it
-    const silent = was ? was.silent : audibleAt(ctx.currentTime + 128 / ctx.sampleRate);
+    const silent = was ? was.silent
+      : audibleAt(quietAt(closed, ctx.currentTime) + 128 / ctx.sampleRate);
     const cause = was && was.cause_ms != null ? was.cause_ms : msg.cause_ms;
     va.paused = null;
     if (ctx.state !== "running") ctx.resume();
     gain.gain.cancelScheduledValues(ctx.currentTime);
     gain.gain.setValueAtTime(1, ctx.currentTime);
     va.playhead = ctx.currentTime;
+    reopen();
     const turn = msg.turn;
     va.stopped[turn] = true;
     const t = va.turns[turn];
@@ -171,22 +184,50 @@
   // the post within a millisecond or so, reads the clock (in the page's time origin).
   const CHANNEL = `
     let ws = null, shift = 0, seq = 0, sent = 0, mic = null;
+    let gate = null, held = null, holds = 0, timer = null;
     onmessage = (e) => {
       const m = e.data;
       if (m.type === "open") { shift = performance.timeOrigin - m.origin; open(m.url); }
       else if (m.type === "send") { if (ws && ws.readyState === 1) ws.send(m.data); }
       else if (m.type === "mic") { if (mic) mic.close(); mic = m.port; mic.onmessage = frame; }
       else if (m.type === "mic_off") { if (mic) mic.close(); mic = null; }
+      else if (m.type === "gate") { gate = m.port; gate.onmessage = (g) => release(g.data); }
+      else if (m.type === "gate_open") { if (gate) gate.postMessage({ open: true }); }
     };
     const now = () => performance.now() + shift;
     function open(url) {
       ws = new WebSocket(url);
       ws.binaryType = "arraybuffer";
-      ws.onmessage = (ev) => {
-        if (typeof ev.data === "string") postMessage({ type: "text", data: ev.data, at: now() });
-        else postMessage({ type: "audio", data: ev.data, at: now() }, [ev.data]);
-      };
+      ws.onmessage = (ev) => forward({ type: typeof ev.data === "string" ? "text" : "audio",
+                                       data: ev.data, at: now() });
       ws.onclose = (ev) => { ws = null; postMessage({ type: "closed", code: ev.code }); };
+    }
+    // A pause or stop closes the player's gate first, then goes on to the page with the
+    // audio clock's time of the close; what comes after it waits its turn (order kept).
+    function silences(m) {
+      if (!gate || m.type !== "text") return false;
+      try { const t = JSON.parse(m.data).type; return t === "pause" || t === "stop"; }
+      catch (err) { return false; }
+    }
+    function forward(m) {
+      if (held) { held.queue.push(m); return; }
+      if (silences(m)) {
+        held = { id: ++holds, queue: [m] };
+        gate.postMessage({ id: held.id });
+        const id = held.id;
+        timer = setTimeout(() => release({ id, closed: null }), 50);  // no answer: go on
+        return;
+      }
+      if (m.type === "audio") postMessage(m, [m.data]); else postMessage(m);
+    }
+    function release(r) {
+      if (!held || r.id !== held.id) return;
+      clearTimeout(timer);
+      const queue = held.queue;
+      held = null;
+      postMessage({ ...queue.shift(), closed: r.closed });
+      while (queue.length && !held) forward(queue.shift());
+      if (held) held.queue.push(...queue);
     }
     function frame(e) {
       const { pcm, before, rate } = e.data;
@@ -206,13 +247,13 @@
   channel.onmessage = (e) => {
     const m = e.data;
     if (m.type === "audio") onAudio(m.data, m.at);
-    else if (m.type === "text") onText(JSON.parse(m.data), m.at);
+    else if (m.type === "text") onText(JSON.parse(m.data), m.at, m.closed);
     else if (m.type === "sent") va.sent = m.n;
     else if (m.type === "closed") onClose(m.code);
   };
-  function onText(msg, at) {
-    if (msg.type === "stop") stop(msg, at);
-    else if (msg.type === "pause") pause(msg, at);
+  function onText(msg, at, closed) {
+    if (msg.type === "stop") stop(msg, at, closed);
+    else if (msg.type === "pause") pause(msg, at, closed);
     else if (msg.type === "resume") unpause();
     else if (msg.type === "end") {
       const t = va.turns[msg.turn] || (va.turns[msg.turn] = { pieces: [], sources: [] });
@@ -239,6 +280,53 @@
                           origin: performance.timeOrigin });
   }
   connect();
+
+  // ---- the gate: the player silenced without the main thread ----------------------------
+  const GATE = `
+    class VaGate extends AudioWorkletProcessor {
+      constructor() {
+        super();
+        this.open = true;
+        this.level = 1;
+        this.closedAt = null;
+        this.k = 1 - Math.exp(-1 / (0.002 * sampleRate));  // a 2 ms fade
+        // the Worker's port alone closes and opens it: one queue, so always in order
+        this.port.onmessage = (e) => { e.data.port.onmessage = (m) => this.on(e.data.port, m.data); };
+      }
+      on(worker, m) {
+        if (m.open) { this.open = true; this.closedAt = null; return; }
+        if (this.open) { this.open = false; this.closedAt = currentTime; }
+        worker.postMessage({ id: m.id, closed: this.closedAt });  // when it went quiet
+      }
+      process(inputs, outputs) {
+        const inp = inputs[0], out = outputs[0];
+        const target = this.open ? 1 : 0;
+        let level = this.level;
+        for (let i = 0; i < (out[0] ? out[0].length : 0); i++) {
+          level += (target - level) * this.k;
+          for (let c = 0; c < out.length; c++) out[c][i] = inp[c] ? inp[c][i] * level : 0;
+        }
+        this.level = level;
+        return true;
+      }
+    }
+    registerProcessor("va-gate", VaGate);`;
+  (async () => {
+    try {
+      const url = URL.createObjectURL(new Blob([GATE], { type: "application/javascript" }));
+      await ctx.audioWorklet.addModule(url);
+      const node = new AudioWorkletNode(ctx, "va-gate");
+      gain.disconnect();
+      gain.connect(node);
+      node.connect(va.dest || ctx.destination);
+      const pipe = new MessageChannel();
+      node.port.postMessage({ port: pipe.port1 }, [pipe.port1]);
+      channel.postMessage({ type: "gate", port: pipe.port2 }, [pipe.port2]);
+      va.gate = node;
+    } catch (err) {  // the main thread silences the player alone, as before
+      console.warn("voice agent: no audio gate", err);
+    }
+  })();
 
   // ---- microphone -----------------------------------------------------------------------
   const WORKLET = `
