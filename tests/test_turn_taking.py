@@ -247,7 +247,7 @@ def test_a_real_interruption_stops_the_reply_fast_and_cuts_history(tt_url, clips
     with interruptions, until one ended before "Wait, stop" was said (a make test run:
     5 of 10, each miss a reply already over)."""
     since = log_lines()
-    outcomes, silences, misses, split = [], [], [], []
+    outcomes, silences, misses, split, loudness = [], [], [], [], []
     with chromium() as ctx:
         for _ in range(RUNS):
             with new_page(ctx, tt_url) as page:
@@ -265,28 +265,55 @@ def test_a_real_interruption_stops_the_reply_fast_and_cuts_history(tt_url, clips
                         silences.append(round(silence, 1))
                         split.append(silence_split(log(page), turn))
                 # the interruption itself becomes the next turn, answered: its reply heard
-                # (not played out: the page closes, as a caller may hang up, ~5 s a run)
+                # (not played out: the page closes, as a caller may hang up, ~5 s a run),
+                # in samples out of the player: a stop leaves it silenced for nothing after
                 wait_for(page, lambda e, t=turn: any(x["type"] == "audible" and
                                                      x["turn"] > t for x in e))
+                loudest = loudest_db(page)
                 chat = page.inner_text("#va-chat")
-                ok = ok and "[interrupted]" in chat and "dogs" in chat.lower()
+                ok = ok and "[interrupted]" in chat and "dogs" in chat.lower() and loudest > -50
+                loudness.append(round(loudest, 1))
                 outcomes.append(ok)
                 if not ok:
-                    misses.append({"result": result, "chat": chat[-600:],
+                    misses.append({"result": result, "chat": chat[-600:], "loudest_db": loudest,
                                    "reports": log(page)[-12:]})
     record("interruption (\"Wait, stop! ...\") during the reply", outcomes,
            interrupt_to_silence_ms={"p50": percentile(silences, 50),
                                     "p90": percentile(silences, 90), "all": silences},
-           to_the_page_to_its_main_thread_to_silence_ms=split)
+           to_the_page_to_its_main_thread_to_silence_ms=split,
+           next_reply_loudest_dbfs=loudness)
     assert sum(outcomes) >= NEEDED, failed(outcomes, None, since, silences=silences,
                                            misses=misses)
+
+
+def loudest_db(page, seconds: float = 2.0) -> float:
+    """The loudest 10 ms (dBFS) of what the page's player puts out over the next `seconds`:
+    its <audio> element's stream, after the gate the socket's Worker closes on a pause or
+    stop."""
+    return page.evaluate("""(s) => new Promise(async (done) => {
+      const ctx = new AudioContext();
+      await ctx.resume();  // listening from here on, whatever the busy box's start took
+      const an = ctx.createAnalyser();
+      an.fftSize = 512;
+      ctx.createMediaStreamSource(window.voiceAgent.el.srcObject).connect(an);
+      const x = new Float32Array(an.fftSize);
+      let top = -200;
+      const every = setInterval(() => {
+        an.getFloatTimeDomainData(x);
+        let e = 0;
+        for (const v of x) e += v * v;
+        top = Math.max(top, 10 * Math.log10(e / x.length + 1e-12));
+      }, 10);
+      setTimeout(() => { clearInterval(every); ctx.close(); done(top); }, s * 1000);
+    })""", seconds)
 
 
 def silence_split(entries: list[dict], turn: int) -> list[float] | None:
     """Interrupt-to-silence in three, from the first report that silenced `turn` (a pause,
     else the stop): from the voice's frame to the command reaching the page's socket (its
     Worker), from there to the page's main thread handling it, and from there to the
-    silence (a 10 ms fade and the output's latency)."""
+    silence (a 10 ms fade and the output's latency; below zero where the gate had silenced
+    the player before the main thread ran)."""
     first = next((x for x in entries if x["type"] in ("paused", "stopped")
                   and x["turn"] == turn and x.get("handled_ms") is not None), None)
     if first is None or first.get("cause_ms") is None:
