@@ -47,6 +47,7 @@ NO_SPEECH = 0.8  # a transcript whose no-speech probability is higher is dropped
 TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 MAX_COMPRESSION = 2.4
 MAX_WORDS_PER_S = 5.0  # faster than anyone speaks, pauses and the clip's silence left in
+PUNCTUATION = ".,!?;:…\"'“”‘’-—。，、！？；： "
 UNSURE = -0.6  # mean token log-probability under which an English-only model is unsure
 # The detector's probability at or above which a language other than English is taken. On
 # the demo's clips at three start shifts (0, 10, 20 ms) Whisper base gave every Mandarin one
@@ -163,18 +164,19 @@ class Asr:
                     clips = [r.audio for r in batch]
                     results = self._generate(
                         self.model, self._encode(self.model, clips, self.window(*clips)),
-                        len(batch), lang, max(len(a) for a in clips) / RATE)
+                        len(batch), lang, [len(a) / RATE for a in clips])
                 except Exception as exc:  # each caller hears of it, the worker goes on
                     for r in batch:
                         r.done.set_exception(exc)
                     results = []  # none to zip: each has its exception
                 t1 = time.perf_counter()
                 self.largest_batch = max(self.largest_batch, len(batch))
-                for r, (text, score, loops) in zip(batch, results, strict=False):
+                for r, (text, score, loops, last) in zip(batch, results, strict=False):
                     if loops or repeated(text):  # a warmer decode, or the 30 s path
                         alone.append(r)
                     else:
-                        r.done.set_result(Transcript(r.turn_id, text, lang, t0, t1, score))
+                        r.done.set_result(Transcript(r.turn_id, text, lang, t0, t1, score,
+                                                     last))
         for r in alone:
             try:
                 r.done.set_result(self._transcribe(r.turn_id, r.audio, r.language))
@@ -193,15 +195,15 @@ class Asr:
     def _transcribe(self, turn_id: int, audio: np.ndarray, language: str | None) -> Transcript:
         lang = language or self.cfg.language
         t0 = time.perf_counter()
-        score = 0.0
+        score, last = 0.0, None
         windows = self.windows(audio)
         short = bool(windows)
         for window, longer in zip(windows, [*windows[1:], 30.0], strict=False):
             # a loop in a shorter window goes on to a longer one at once: warmer decodes
             # there were slow (~300 ms) and seldom right, the next window's greedy one was
             warmer = TEMPERATURES if longer == 30.0 else (0.0,)
-            text, detected, score = self._decode_window(self.model, audio, lang, window,
-                                                        warmer)
+            text, detected, score, last = self._decode_window(self.model, audio, lang,
+                                                              window, warmer)
             if self.detector is not None and lang == "auto" and \
                     (score < UNSURE or compression_ratio(text) > MAX_COMPRESSION):
                 # the English-only model is unsure (measured: English clips score -0.06 to
@@ -217,8 +219,8 @@ class Asr:
                 # any other language
                 detected = self.language(audio, window)
                 if detected != "en":
-                    text, detected, score = self._decode_window(self.detector, audio,
-                                                                detected, window, warmer)
+                    text, detected, score, last = self._decode_window(
+                        self.detector, audio, detected, window, warmer)
             lang = detected
             if not repeated(text) and compression_ratio(text) <= MAX_COMPRESSION:
                 break
@@ -235,8 +237,8 @@ class Asr:
                 initial_prompt=_ZH_PROMPT if lang in ("zh", "auto") else None,
             )
             text = "".join(s.text for s in segments if s.no_speech_prob < NO_SPEECH).strip()
-            detected = info.language
-        return Transcript(turn_id, text, detected, t0, time.perf_counter(), score)
+            detected, last = info.language, None  # Whisper's own path: not aligned
+        return Transcript(turn_id, text, detected, t0, time.perf_counter(), score, last)
 
     def windows(self, *clips: np.ndarray) -> list[float]:
         """The windows that hold each of `clips` with a second to spare, shortest first
@@ -272,11 +274,14 @@ class Asr:
         lang, p = next(iter(self.languages(audio, window).items()))
         return lang if p >= SURE_LANGUAGE else "en"
 
-    def _generate(self, model, encoded, count: int, lang: str, seconds: float,
-                  temperature: float = 0.0) -> list[tuple[str, float, bool]]:
+    def _generate(self, model, encoded, count: int, lang: str, lengths: list[float],
+                  temperature: float = 0.0
+                  ) -> list[tuple[str, float, bool, tuple[float, float] | None]]:
         """One decode of `count` encoded windows in `lang`, greedy (or by beam) at
         temperature 0, else sampled: (text, the decoder's mean log-probability per token,
-        whether the text loops) each; ("", 0.0, False) where no one speaks."""
+        whether the text loops, where its last word lies in the audio) each; ("", 0.0,
+        False, None) where no one speaks. `lengths`: each window's audio, s."""
+        seconds = max(lengths)
         from faster_whisper.tokenizer import Tokenizer
         from faster_whisper.transcribe import get_suppressed_tokens
 
@@ -294,20 +299,25 @@ class Asr:
                                    suppress_blank=True, return_scores=True,
                                    suppress_tokens=get_suppressed_tokens(tok, [-1]),
                                    return_no_speech_prob=True, **options)
+        spans = last_words(model, tok, encoded, [r.sequences_ids[0] for r in results], lengths)
         out = []
-        for result in results:
+        for result, span in zip(results, spans, strict=True):
             if result.no_speech_prob >= NO_SPEECH:
-                out.append(("", 0.0, False))
+                out.append(("", 0.0, False, None))
                 continue
             text = tok.decode(result.sequences_ids[0]).strip()
-            text = first_copy(text, seconds) or text
-            out.append((text, result.scores[0], compression_ratio(text) > MAX_COMPRESSION))
+            copy = first_copy(text, seconds)  # the first copy of a loop ends elsewhere
+            out.append((copy or text, result.scores[0],
+                        compression_ratio(copy or text) > MAX_COMPRESSION,
+                        None if copy else span))
         return out
 
     def _decode_window(self, model, audio: np.ndarray, lang: str, window: float,
-                       temperatures: tuple[float, ...] = TEMPERATURES) -> tuple[str, str, float]:
+                       temperatures: tuple[float, ...] = TEMPERATURES
+                       ) -> tuple[str, str, float, tuple[float, float] | None]:
         """Encode only `window` seconds of mel frames, then decode greedily (or by beam),
-        warmer while the text loops: (text, language, the decoder's mean log-probability)."""
+        warmer while the text loops: (text, language, the decoder's mean log-probability,
+        where the last word lies in the audio)."""
         whisper = model.model
         encoded = self._encode(model, [audio], window)
         if not whisper.is_multilingual:
@@ -315,11 +325,29 @@ class Asr:
         elif lang == "auto":
             lang = whisper.detect_language(encoded)[0][0][0][2:-2]  # "<|zh|>" -> "zh"
         for temperature in temperatures:  # faster-whisper's fallback, as `transcribe` does
-            text, score, loops = self._generate(model, encoded, 1, lang, len(audio) / RATE,
-                                                temperature)[0]
+            text, score, loops, last = self._generate(model, encoded, 1, lang,
+                                                      [len(audio) / RATE], temperature)[0]
             if not loops:
                 break
-        return text, lang, score
+        return text, lang, score, last
+
+
+def last_words(model, tok, encoded, sequences: list[list[int]],
+               lengths: list[float]) -> list[tuple[float, float] | None]:
+    """Where each sequence's last word (punctuation is none) lies in its audio, (start,
+    end) in seconds, by faster-whisper's alignment of the tokens to the audio through the
+    decoder's cross-attention (`WhisperModel.find_alignment`, ~7 ms for a short turn on
+    tiny.en). None for a sequence without words."""
+    if not all(sequences):  # the batch's one alignment needs tokens in each
+        return [None] * len(sequences)
+    # each window's own audio (CTranslate2's `align` takes a count per window)
+    aligned = model.find_alignment(tok, [list(s) for s in sequences], encoded,
+                                   [max(1, int(s * 100)) for s in lengths])
+    out: list[tuple[float, float] | None] = []
+    for found in aligned:
+        last = next((w for w in reversed(found) if w["word"].strip(PUNCTUATION)), None)
+        out.append(None if last is None else (float(last["start"]), float(last["end"])))
+    return out
 
 
 def window_mel(fe, audio: np.ndarray, frames: int) -> np.ndarray:

@@ -351,7 +351,8 @@ class Conversation:
                             if m["role"] == "assistant" and m["content"]), "")
 
         def run() -> None:
-            result = self.detector.judge(turn.turn_id, transcript.text, audio, context[-300:])
+            result = self.detector.judge(turn.turn_id, transcript.text, audio, context[-300:],
+                                         transcript.last_word_s)
             self._post(session, result)
 
         if self.detector.uses <= {"words"}:

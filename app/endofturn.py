@@ -18,6 +18,7 @@ and complete utterances (`python -m bench.turn_detection`, docs/PERFORMANCE.md):
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import time
@@ -29,6 +30,8 @@ from app.config import Endpoint, TurnConfig
 from app.language import is_cjk
 from app.llm import THINKING_OFF, ServerError, post_json
 from app.messages import EndOfTurn, Signal
+
+log = logging.getLogger(__name__)
 
 # English words after which a sentence cannot end (function words that need what follows).
 # Not "you": it is an object as often as a subject, and ends "Who are you?", "Thank you",
@@ -67,6 +70,12 @@ UNFINISHED_ZH = ("和", "跟", "与", "或者", "还是", "但是", "可是", "�
                  "觉得", "认为", "以为", "希望", "打算", "帮我", "告诉我", "让我")
 TRAILING_PUNCT = ".!?。！？,，、;；:：…\"'”’ "
 CLOSERS = (".", "?", "!", "。", "？", "！")
+# A last word Whisper aligned to less voice than this it added where the voice stopped, at a
+# pause ("a table for it." for "a table for", "... with me?", "trying to find it."): tiny.en
+# put such words at 0-80 ms (the labelled set offline; 60 ms live in the page, the AVX2
+# paths, 2026-12-05); every word said lay over 100 ms or more (the shortest: "cheap" 100,
+# "the" 120; finished questions' last words 200 or more).
+GUESSED_S = 0.09
 OPEN_ENDING = re.compile(r"(\.\.\.|…|,|，|、|-|—)\s*$")
 
 
@@ -159,18 +168,33 @@ class EndOfTurnModel:
         return min(1.0, total)
 
 
+def heard_words(text: str, last_word_s: tuple[float, float] | None) -> tuple[str, str]:
+    """The words to judge: `text` less a last word that the ASR aligned to no voice
+    (`last_word_s`, under `GUESSED_S`: guessed where the voice stopped), and that word."""
+    if last_word_s is None or last_word_s[1] - last_word_s[0] >= GUESSED_S:
+        return text, ""
+    words = normalize(text)
+    if words and is_cjk(words[-1]):  # a CJK character is a word
+        return words[:-1], words[-1]
+    head, _, last = words.rpartition(" ")
+    return head, last
+
+
 def decide(cfg: TurnConfig, silence_ms: int, uses: set[str], text: str,
-           p_model: Callable[[], float], p_audio: Callable[[], float]) -> tuple[int, Signal, str]:
+           p_model: Callable[[], float], p_audio: Callable[[], float],
+           guessed: str = "") -> tuple[int, Signal, str]:
     """The hold (ms of silence before the commit), the signal that decided and what it saw,
-    from the signals in `uses`; each probability is asked for only when it is needed."""
+    from the signals in `uses`; each probability is asked for only when it is needed.
+    `text`: the words heard (`heard_words`); `guessed`: a last word left out of them."""
     if not uses:
         return silence_ms, "fixed", "detector off"
     if not text.strip():
         return silence_ms, "fixed", "no words"
+    note = f" (“{guessed}”: no voice)" if guessed else ""
     if "words" in uses:
         ending = unfinished_ending(text)
         if ending is not None:
-            return cfg.cap_ms, "words", f"ends with “{ending}”"
+            return cfg.cap_ms, "words", f"ends with “{ending}”{note}"
     if "model" in uses:
         p = p_model()
         if p >= cfg.model_done:
@@ -184,7 +208,7 @@ def decide(cfg: TurnConfig, silence_ms: int, uses: set[str], text: str,
         if p >= cfg.audio_done:
             return 0, "audio", f"p(done) {p:.2f}"
         return cfg.cap_ms, "audio", f"p(done) {p:.2f}"
-    return 0, "words", "no open ending"
+    return 0, "words", "no open ending" + note
 
 
 class TurnDetector:
@@ -212,15 +236,20 @@ class TurnDetector:
                 f"{self.cfg.cap_ms} ms of silence; unsure: {self.silence_ms} ms)")
 
     def judge(self, turn_id: int, text: str, audio: np.ndarray | None = None,
-              context: str = "") -> EndOfTurn:
-        """Is the utterance `text` (its `audio`; `context`: the agent's last reply) over?
-        A model that fails leaves the decision to the fixed silence."""
+              context: str = "", last_word_s: tuple[float, float] | None = None) -> EndOfTurn:
+        """Is the utterance `text` (its `audio`; `context`: the agent's last reply;
+        `last_word_s`: where the ASR put its last word in the audio) over? A model that
+        fails leaves the decision to the fixed silence."""
         t0 = time.perf_counter()
+        if last_word_s is not None:  # with the verdict's line: what a cut-off was judged on
+            log.info("turn %s: %r, its last word at %.2f-%.2f s of its audio", turn_id,
+                     text[-60:], *last_word_s)
+        text, guessed = heard_words(text, last_word_s)
         try:
             hold, signal, detail = decide(
                 self.cfg, self.silence_ms, self.uses, text,
                 lambda: self.model.p_end(text, context),
-                lambda: self.audio(audio) if audio is not None else 0.0)
+                lambda: self.audio(audio) if audio is not None else 0.0, guessed)
         except (ServerError, KeyError, IndexError, ValueError) as exc:
             hold, signal, detail = self.silence_ms, "fixed", f"model failed: {exc}"[:120]
         return EndOfTurn(turn_id, hold, signal, detail,

@@ -70,6 +70,10 @@ class Transcript:
     asr_end: float
     score: float = 0.0
     """The decoder's mean log-probability per token: low for a guess at a hum or a cough."""
+    last_word_s: tuple[float, float] | None = None
+    """Where the transcript's last word lies in the audio (start, end, s), by Whisper's own
+    alignment of its tokens to the audio (None: not aligned). A word Whisper added where
+    the audio stops ("a table for it." for "a table for", the user pausing) gets no span."""
 
 
 @dataclass(frozen=True)

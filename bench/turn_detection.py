@@ -39,7 +39,7 @@ import soundfile as sf
 
 from app.asr import Asr
 from app.config import MODELS, ROOT, AsrConfig, Endpoint, TurnConfig, VadConfig
-from app.endofturn import EndOfTurnModel, decide, unfinished_ending
+from app.endofturn import EndOfTurnModel, decide, heard_words, unfinished_ending
 from app.machine import describe, machine
 from app.messages import MicFrame
 from app.metrics import percentile
@@ -48,8 +48,11 @@ from app.vad import Endpointer
 
 SET = ROOT / "assets" / "turns"
 OUT = ROOT / "docs" / "bench"
+EVERY_WORD = " (every word judged)"
+"""A setting so named judges the transcript as Whisper wrote it: a last word it aligned to
+no voice (`app.endofturn.heard_words`) is kept."""
 SETTINGS = ("off", "words", "model", "audio", "words+model", "words+audio",
-            "words+model+audio")
+            "words+model+audio", "words" + EVERY_WORD)
 SILENCE_MS = VadConfig.silence_ms
 READY_MS = 1100.0
 """Transcript -> the reply's first audio on the 2-core AVX2 CPU demo: TTFT + first piece + TTS
@@ -69,6 +72,7 @@ class Pause:
     model_ms: float = 0.0
     p_audio: float | None = None
     audio_ms: float = 0.0
+    last_word_s: tuple[float, float] | None = None
 
 
 @dataclass
@@ -104,9 +108,11 @@ def measure(clips: list[dict], asr: Asr, model: EndOfTurnModel | None, smart,
         for pause, heard in pauses_of(audio, eager_ms):
             tr = asr.process(0, heard)
             pause.text, pause.asr_ms = tr.text, (tr.asr_end - tr.asr_start) * 1000
-            if model is not None and pause.text:
+            pause.last_word_s = tr.last_word_s
+            said, _ = heard_words(pause.text, pause.last_word_s)
+            if model is not None and said:
                 t0 = time.perf_counter()
-                pause.p_model = model.p_end(pause.text, timeout_s=30.0)
+                pause.p_model = model.p_end(said, timeout_s=30.0)
                 pause.model_ms = (time.perf_counter() - t0) * 1000
             t0 = time.perf_counter()
             pause.p_audio = smart(heard)
@@ -126,7 +132,8 @@ def outcome(clip: Clip, setting: str, cfg: TurnConfig, ready_ms: float) -> dict:
     on after it, before the reply is audible (the transcript + `ready_ms`), holds the
     reply and drops it unheard too, and the rest joins the turn (`Floor.continues`, within
     `continue_ms`); going on later hears the reply to the fragment start: a cut."""
-    uses = set(setting.split("+")) - {"off"}
+    every = setting.endswith(EVERY_WORD)
+    uses = set(setting.removesuffix(EVERY_WORD).split("+")) - {"off"}
     first_commit, joined = None, 0
     for pause in clip.pauses:
         used: set[str] = set()
@@ -139,7 +146,8 @@ def outcome(clip: Clip, setting: str, cfg: TurnConfig, ready_ms: float) -> dict:
             used.add("audio")
             return pause.p_audio or 0.0
 
-        hold, signal, detail = decide(cfg, SILENCE_MS, uses, pause.text, p_model, p_audio)
+        heard, guessed = heard_words(pause.text, None if every else pause.last_word_s)
+        hold, signal, detail = decide(cfg, SILENCE_MS, uses, heard, p_model, p_audio, guessed)
         cost = (pause.model_ms if "model" in used else 0.0) + \
             (pause.audio_ms if "audio" in used else 0.0)
         transcript = pause.frame_ms + pause.asr_ms

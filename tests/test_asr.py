@@ -8,6 +8,7 @@ import soundfile as sf
 from app.asr import Asr
 from app.audio import load_upload
 from app.config import AsrConfig
+from app.messages import RATE
 from app.prepare import tiny_en_dir
 from tests.conftest import ASSETS, TRANSCRIPTS, word_recall, words
 
@@ -231,3 +232,48 @@ def test_workers_share_the_parents_asr_and_are_batched_together(tmp_path, monkey
         host.stop()
     with pytest.raises(RuntimeError, match="does not answer"):  # the parent is gone
         RemoteAsr(host.address).setup()
+
+
+def test_a_word_whisper_adds_where_the_voice_stops_is_aligned_to_no_voice():
+    """The labelled set's "I'd like to book a table for" and "Can you remind me about my
+    appointment with", each cut at its pause as a speculative turn hears it (the pre-roll,
+    the voice, 64 ms of silence): tiny.en may finish the sentence ("... for it.", "... with
+    me?"); a word it adds there lies over no voice, a word said over more than 100 ms, as
+    in a whole sentence. The batched path aligns as one alone does."""
+    import json
+
+    from app.endofturn import GUESSED_S, heard_words, unfinished_ending
+
+    labels = {lb["file"]: lb for lb in json.loads((ASSETS / "turns" / "labels.json")
+                                                  .read_text())}
+
+    def heard(name: str, key: str) -> np.ndarray:
+        x, _ = sf.read(ASSETS / "turns" / name, dtype="float32")
+        voice = int(labels[name][key] * RATE)
+        return np.concatenate([np.zeros(3200, np.float32), x[:voice + 64 * 16]])
+
+    cuts = [heard("en_pause_01.wav", "pause_at_s"), heard("en_pause_02.wav", "pause_at_s")]
+    whole = heard("en_complete_16.wav", "speech_end_s")
+    asr = Asr(AsrConfig(model=tiny_en_dir(), language="en"))
+    asr.setup()
+    done = asr.process(1, whole)
+    start, end = done.last_word_s
+    assert "airport" in done.text.lower() and end - start > 0.1, done
+    assert abs(end - len(whole) / RATE) < 0.3, done  # where the voice ended
+    for n, audio in enumerate(cuts, 2):
+        tr = asr.process(n, audio)
+        text, guessed = heard_words(tr.text, tr.last_word_s)
+        span = tr.last_word_s[1] - tr.last_word_s[0]
+        # "for" and "with" were said: over 100 ms of voice; anything after them was not
+        assert (guessed != "") == (span < GUESSED_S), tr
+        assert guessed or span > 0.1, tr
+        assert unfinished_ending(text) in ("for", "with"), tr
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        batched = list(pool.map(lambda a: asr.process(9, a), [*cuts, whole, whole]))
+    assert asr.largest_batch > 1
+    alone = [asr.process(9, a) for a in [*cuts, whole, whole]]
+    for b, a in zip(batched, alone, strict=True):
+        assert (b.last_word_s[1] - b.last_word_s[0] < GUESSED_S) == \
+            (a.last_word_s[1] - a.last_word_s[0] < GUESSED_S), (b, a)

@@ -19,7 +19,7 @@ import soundfile as sf
 
 from app.config import AppConfig, Endpoint, TurnConfig
 from app.conversation import MIC_STOP, VOICE_GONE_MS, Conversation
-from app.endofturn import TurnDetector, normalize, unfinished_ending
+from app.endofturn import TurnDetector, heard_words, normalize, unfinished_ending
 from app.messages import EndOfTurn, MicFrame, PlayerReport, SpeechChunk, Transcript
 from app.metrics import TurnMetrics
 from app.session import Session
@@ -73,6 +73,22 @@ def test_words_hold_an_open_ending_up_to_the_cap_and_commit_the_rest_at_once():
     assert (held.hold_ms, held.signal, held.detail) == (1800, "words", "ends with “for”")
     assert (done.hold_ms, done.signal) == (0, "words")
     assert detector.judge(3, "").hold_ms == 400  # no words: the fixed silence
+
+
+def test_a_last_word_whisper_aligned_to_no_voice_is_not_judged():
+    """At a pause after "I'd like to book a table for" tiny.en wrote "... a table for it."
+    and put "it" at 1.84-1.90 s (in the page): a word guessed where the voice stopped. The
+    words heard end with "for": held to the cap. A last word with voice is judged as is."""
+    detector = TurnDetector(TurnConfig("words", cap_ms=2000), silence_ms=400)
+    held = detector.judge(1, "I'd like to work a table for it.", last_word_s=(1.84, 1.90))
+    assert (held.hold_ms, held.detail) == (2000, "ends with “for” (“it”: no voice)")
+    done = detector.judge(2, "Where are you from?", last_word_s=(1.3, 1.48))
+    assert (done.hold_ms, done.detail) == (0, "no open ending")
+    assert heard_words("Remind me to order it.", (1.7, 1.7)) == ("Remind me to order", "it")
+    assert heard_words("我想订一张票。", (1.0, 1.01)) == ("我想订一张", "票")
+    assert heard_words("It.", (0.5, 0.5)) == ("", "It")
+    assert detector.judge(3, "It.", last_word_s=(0.5, 0.5)).detail == "no words"
+    assert heard_words("for it.", None) == ("for it.", "")
 
 
 def test_off_is_the_fixed_silence():
