@@ -47,7 +47,6 @@ NO_SPEECH = 0.8  # a transcript whose no-speech probability is higher is dropped
 TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 MAX_COMPRESSION = 2.4
 MAX_WORDS_PER_S = 5.0  # faster than anyone speaks, pauses and the clip's silence left in
-PUNCTUATION = ".,!?;:…\"'“”‘’-—。，、！？；： "
 UNSURE = -0.6  # mean token log-probability under which an English-only model is unsure
 # The detector's probability at or above which a language other than English is taken. On
 # the demo's clips at three start shifts (0, 10, 20 ms) Whisper base gave every Mandarin one
@@ -281,10 +280,10 @@ class Asr:
         temperature 0, else sampled: (text, the decoder's mean log-probability per token,
         whether the text loops, where its last word lies in the audio) each; ("", 0.0,
         False, None) where no one speaks. `lengths`: each window's audio, s."""
-        seconds = max(lengths)
         from faster_whisper.tokenizer import Tokenizer
         from faster_whisper.transcribe import get_suppressed_tokens
 
+        seconds = max(lengths)
         whisper = model.model  # ctranslate2.models.Whisper
         tok = Tokenizer(model.hf_tokenizer, whisper.is_multilingual, task="transcribe",
                         language=lang)
@@ -334,10 +333,10 @@ class Asr:
 
 def last_words(model, tok, encoded, sequences: list[list[int]],
                lengths: list[float]) -> list[tuple[float, float] | None]:
-    """Where each sequence's last word (punctuation is none) lies in its audio, (start,
-    end) in seconds, by faster-whisper's alignment of the tokens to the audio through the
-    decoder's cross-attention (`WhisperModel.find_alignment`, ~7 ms for a short turn on
-    tiny.en). None for a sequence without words."""
+    """Where each sequence's last word (`app.language.words`: punctuation is none) lies in
+    its audio, (start, end) in seconds, by faster-whisper's alignment of the tokens to the
+    audio through the decoder's cross-attention (`WhisperModel.find_alignment`, ~7 ms for
+    a short turn on tiny.en). None for a sequence without words."""
     if not all(sequences):  # the batch's one alignment needs tokens in each
         return [None] * len(sequences)
     # each window's own audio (CTranslate2's `align` takes a count per window)
@@ -345,7 +344,7 @@ def last_words(model, tok, encoded, sequences: list[list[int]],
                                    [max(1, int(s * 100)) for s in lengths])
     out: list[tuple[float, float] | None] = []
     for found in aligned:
-        last = next((w for w in reversed(found) if w["word"].strip(PUNCTUATION)), None)
+        last = next((w for w in reversed(found) if words(w["word"])), None)
         out.append(None if last is None else (float(last["start"]), float(last["end"])))
     return out
 
