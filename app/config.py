@@ -90,6 +90,13 @@ class TurnConfig:
     probability that the message ends there), "audio" (Smart Turn v3.2 on the voice)."""
     cap_ms: int = 2000
     """An unfinished utterance commits anyway after this much silence."""
+    unmarked_ms: int = 1000
+    """Words that look finished but that the ASR closed with no mark (".", "?", "!") commit
+    after this much silence: Whisper leaves the mark out where the voice did not sound
+    finished, and it misread the open ending of a half sentence so ("We can take that rain"
+    for "... the train or", "Please" for "Please add the"); 2-8 % of finished questions
+    (`docs/PERFORMANCE.md`). Above the 600-900 ms of a pause to think. English script only:
+    tiny.en and base write Mandarin with no marks as often as with them."""
     model_done: float = 0.1
     """The model's end-of-message probability at or above which the turn commits at once
     (SmolLM2-135M gave finished sentences 0.0-0.7, median ~0.05; choose it for the served
@@ -316,6 +323,9 @@ def parser() -> argparse.ArgumentParser:
                    "Turn v3.2)")
     g.add_argument("--turn-cap-ms", type=positive_int, default=TurnConfig.cap_ms,
                    help="an unfinished utterance commits anyway after this much silence")
+    g.add_argument("--turn-unmarked-ms", type=positive_int, default=TurnConfig.unmarked_ms,
+                   help="words: finished-looking words the ASR closed with no '.', '?' or "
+                   "'!' commit after this much silence")
     g.add_argument("--turn-continue-ms", type=non_negative_int,
                    default=TurnConfig.continue_ms,
                    help="speech this soon after a committed turn's last word continues it: "
@@ -448,7 +458,7 @@ def from_args(args: argparse.Namespace) -> AppConfig:
                       eager_ms=eager_ms(args), model_after_ms=model_after_ms(args),
                       barge_in_ms=args.barge_in_ms),
         turn=TurnConfig(detector=args.turn_detector, cap_ms=args.turn_cap_ms,
-                        continue_ms=args.turn_continue_ms),
+                        unmarked_ms=args.turn_unmarked_ms, continue_ms=args.turn_continue_ms),
         asr=AsrConfig(model=args.asr_model, language=args.language or "auto",
                       cpus=parse_cpus(args.asr_cpus), detect_model=args.asr_detect_model,
                       device=args.asr_device, host=args.asr_host, beam_size=args.asr_beam,

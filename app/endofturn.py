@@ -9,7 +9,8 @@ and complete utterances (`python -m bench.turn_detection`, docs/PERFORMANCE.md):
 - words: the transcript's last word. English prepositions, conjunctions, articles,
   auxiliaries, "to", possessives and fillers, Mandarin connectives and structural
   particles, and a trailing comma or ellipsis (Whisper writes one where the voice went on)
-  leave a sentence unfinished. Costs nothing.
+  leave a sentence unfinished; finished-looking words the ASR closed with no mark are held a
+  little (`TurnConfig.unmarked_ms`). Costs nothing.
 - model: the served model's probability that the user's message ends here, read as the
   prompt log-probability of its chat template's end-of-message token after the words
   (LiveKit's turn detector works this way). One short prefill on the model server.
@@ -76,6 +77,7 @@ CLOSERS = (".", "?", "!", "。", "？", "！")
 # paths, 2026-12-05); every word said lay over 100 ms or more (the shortest: "cheap" 100,
 # "the" 120; finished questions' last words 200 or more).
 GUESSED_S = 0.09
+CLOSING_QUOTES = "\"'”’)] "
 OPEN_ENDING = re.compile(r"(\.\.\.|…|,|，|、|-|—)\s*$")
 
 
@@ -106,6 +108,14 @@ def unfinished_ending(text: str) -> str | None:
     if last in AUXILIARIES:
         return None if question else last
     return last if last in UNFINISHED_EN else None
+
+
+def closed(text: str) -> bool:
+    """Whether the ASR ended `text` with a closing mark: Whisper leaves it out where the
+    voice did not sound finished. Mandarin counts as closed: Whisper writes it with no marks
+    as often as with them."""
+    stripped = text.rstrip(CLOSING_QUOTES)
+    return not stripped or is_cjk(stripped[-1]) or stripped.endswith(CLOSERS)
 
 
 class EndOfTurnModel:
@@ -208,6 +218,8 @@ def decide(cfg: TurnConfig, silence_ms: int, uses: set[str], text: str,
         if p >= cfg.audio_done:
             return 0, "audio", f"p(done) {p:.2f}"
         return cfg.cap_ms, "audio", f"p(done) {p:.2f}"
+    if "words" in uses and (guessed or not closed(text)):
+        return cfg.unmarked_ms, "words", "no closing mark" + note
     return 0, "words", "no open ending" + note
 
 
