@@ -94,8 +94,9 @@ class TurnConfig:
     """Words that look finished but that the ASR closed with no mark (".", "?", "!") commit
     after this much silence: Whisper leaves the mark out where the voice did not sound
     finished, and it misread the open ending of a half sentence so ("We can take that rain"
-    for "... the train or", "Please" for "Please add the"); 2-8 % of finished questions
-    (`docs/PERFORMANCE.md`). Above the 600-900 ms of a pause to think. English script only:
+    for "... the train or", "Please" for "Please add the"); finished turns it leaves
+    unclosed wait too (2.6 % of the benchmarks' transcripts, `docs/PERFORMANCE.md`). Above
+    the 600-900 ms of a pause to think. English script only:
     tiny.en and base write Mandarin with no marks as often as with them."""
     model_done: float = 0.1
     """The model's end-of-message probability at or above which the turn commits at once

@@ -406,7 +406,7 @@ def paused_sentences(open_half: bool = True) -> list[tuple[dict, np.ndarray]]:
     chosen = chosen[:RUNS]
     pauses = PAUSES_MS if open_half else [750] * len(chosen)
     out = []
-    for lb, pause_ms in zip(chosen, pauses, strict=False):
+    for lb, pause_ms in zip(chosen, pauses, strict=True):
         x, _ = sf.read(ASSETS / "turns" / lb["file"], dtype="int16")
         at, was = int(lb["pause_at_s"] * 16000), int(lb["pause_ms"] * 16)
         voice_from = int(np.argmax(np.abs(x) > 650))  # -34 dBFS: the first word
@@ -472,9 +472,9 @@ def test_a_pause_inside_a_sentence_does_not_end_the_turn(page, tt_url):
     outcomes, misses = seen.pop("outcomes"), seen.pop("misses")
     record("a 600-900 ms pause inside a sentence (the turn is not cut)", outcomes,
            pauses_ms=PAUSES_MS, **seen)
-    whole = say_paused(page, tt_url, paused_sentences(open_half=False))
+    halves = say_paused(page, tt_url, paused_sentences(open_half=False))
     record("a 750 ms pause after a first half that is a sentence of its own (not bounded)",
-           whole.pop("outcomes"), **whole)
+           halves.pop("outcomes"), **halves)
     assert sum(outcomes) >= NEEDED, failed(outcomes, page, since, misses=misses)
 
 
