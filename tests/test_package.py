@@ -12,7 +12,8 @@ from tests.conftest import ROOT
 
 @pytest.mark.parametrize("module", ["app", "bench.voice_to_voice", "bench.voice_turns",
                                     "bench.asr", "bench.asr_batch", "bench.ab", "bench.capacity",
-                                    "bench.page_cost", "bench.blas_threads"])
+                                    "bench.page_cost", "bench.blas_threads",
+                                    "bench.asr_alignment"])
 def test_modules_run_from_any_directory(module, tmp_path):
     out = subprocess.run([sys.executable, "-m", module, "--help"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
