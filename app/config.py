@@ -120,6 +120,9 @@ DETECTORS = ("off", "words", "model", "audio", "words+model", "words+audio", "mo
              "words+model+audio")
 
 
+ASR_COMPUTE = {"cpu": "int8", "cuda": "float16"}
+"""The ASR's CTranslate2 compute type on each device (`AsrConfig.compute_type`)."""
+
 CPU_SHORT_WINDOW_S = 6.0
 """`--asr-short-window-s` on the CPU (on a GPU the encoder's window costs little: off)."""
 
@@ -464,7 +467,7 @@ def from_args(args: argparse.Namespace) -> AppConfig:
                       cpus=parse_cpus(args.asr_cpus), detect_model=args.asr_detect_model,
                       device=args.asr_device, host=args.asr_host, beam_size=args.asr_beam,
                       short_window_s=asr_short_window(args),
-                      compute_type="float16" if args.asr_device == "cuda" else "int8"),
+                      compute_type=ASR_COMPUTE[args.asr_device]),
         model_languages=tuple(x.strip() for x in (args.model_languages or "en,zh").split(",")
                               if x.strip()),
         llm=llm,

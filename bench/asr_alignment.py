@@ -26,13 +26,12 @@ from pathlib import Path
 import numpy as np
 
 from app.asr import Asr
-from app.config import ROOT, AsrConfig
+from app.config import ASR_COMPUTE, ROOT, AsrConfig
 from app.endofturn import closed, heard_words, unfinished_ending
 from app.machine import describe, machine
 
 SET = ROOT / "assets" / "turns"
 TAIL_S = 0.13  # the silence a speculative start has heard after the last word
-COMPUTE = {"cuda": "float16", "cpu": "int8"}
 
 
 def clips() -> list[tuple[str, np.ndarray]]:
@@ -52,7 +51,7 @@ def clips() -> list[tuple[str, np.ndarray]]:
 
 
 def run(model: str, device: str, audio: list[tuple[str, np.ndarray]]) -> dict:
-    asr = Asr(AsrConfig(model=model, device=device, compute_type=COMPUTE[device],
+    asr = Asr(AsrConfig(model=model, device=device, compute_type=ASR_COMPUTE[device],
                         language="en"))
     asr.setup()
     rows = []
