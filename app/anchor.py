@@ -16,6 +16,7 @@ time from the question being asked (the A/B on/off ratio, docs/PERFORMANCE.md).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from app.pipeline import Agent
 from app.session import Session
 from app.turn import Turn
 
+log = logging.getLogger(__name__)
 AB_TRIES = 3  # an anchor request cancelled this often by the user's turns is given up
 
 
@@ -91,6 +93,7 @@ class AnchorQueue:
         job = self.running = self.waiting.pop()
         job.tries += 1
         job.cancel = threading.Event()
+        log.info("turn %s: the A/B anchor's request sent (try %s)", job.turn.turn_id, job.tries)
         threading.Thread(target=self._send, args=(job,), daemon=True,
                          name=f"ab-{job.turn.turn_id}").start()
 
@@ -114,6 +117,10 @@ class AnchorQueue:
         if self.running is job:
             self.running = None
         last = job.tries >= AB_TRIES
+        error = job.record.error[:120] if job.record is not None else "no record"
+        log.info("turn %s: the A/B anchor's request %s (try %s)%s", job.turn.turn_id,
+                 "cut" if job.cancel.is_set() else "ran", job.tries,
+                 f": {error}" if error else "")
         if job.dropped and not last and job.record is not None and job.record.cancelled:
             self._give_up(job)  # cut, not on its last try: its record is not closed yet
         elif job.cancel.is_set() and not last and not job.dropped:

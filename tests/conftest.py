@@ -14,6 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT / "assets"
 TRANSCRIPTS = json.loads((ASSETS / "transcripts.json").read_text())
 ARTIFACTS = ROOT / "tests" / "artifacts"
+APP_LOG = ROOT / "logs" / "app-tests.log"
+"""The log of the app the tests share (`app_url`)."""
 
 
 def word_recall(reference: str, hypothesis: str) -> float:
@@ -94,7 +96,6 @@ def anchor_server(cpu_servers):
 
 
 BUILD_PYTHON = ROOT / ".venv-build" / "bin" / "python"
-ARTIFACTS = ROOT / "tests" / "artifacts"
 
 
 def run_build(*args: str, timeout: float = 900, check: bool = True,
@@ -155,7 +156,7 @@ def app_url(endpoint, anchor_server):
     from app.launch import AppServer
 
     app = AppServer(app_args(endpoint, anchor_server),
-                    log_path=ROOT / "logs" / "app-tests.log").start()
+                    log_path=APP_LOG).start()
     try:
         yield app.wait_healthy().url
     finally:
@@ -196,14 +197,33 @@ def get(app, path: str, **kwargs):  # app: app.launch.AppServer
                      timeout=10, **kwargs)
 
 
-def eventually(check, timeout_s: float = 30.0, every_s: float = 0.25):  # noqa: ANN001
-    """Poll `check` until it returns something true (returned), or fail after timeout_s."""
+def eventually(check, timeout_s: float = 30.0, every_s: float = 0.25,
+               why=None):  # noqa: ANN001
+    """Poll `check` until it returns something true (returned), or fail after timeout_s,
+    with what `why()` says then (CI shows only the test output)."""
     import time
 
     deadline = time.monotonic() + timeout_s
     while not (result := check()):
         if time.monotonic() > deadline:
-            raise AssertionError(f"not true after {timeout_s:.0f} s")
+            raise AssertionError(f"not true after {timeout_s:.0f} s"
+                                 + (f"\n{why()}" if why is not None else ""))
         time.sleep(every_s)
     return result
+
+
+def log_lines(log: Path) -> int:
+    """How many lines the app's log has now: where a test's part of it starts."""
+    return len(log.read_text(errors="replace").splitlines()) if log.exists() else 0
+
+
+def app_log(log: Path, since: int = 0) -> list[str]:
+    """The app's turn-taking lines since line `since` (its interruption checks, verdicts,
+    the player's reports, the turns and their A/B), for a failure message: CI shows only
+    the test output."""
+    lines = log.read_text(errors="replace").splitlines()[since:] if log.exists() else []
+    keep = (" app.conversation: ", " app.turn: ", " app.endofturn: ", " app.anchor: ",
+            " app.asr: ")
+    return [line[11:23] + " " + line.split(": ", 1)[-1][:300] for line in lines
+            if any(k in line for k in keep)]
 

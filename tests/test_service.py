@@ -16,9 +16,20 @@ from app.client import AgentBusy, VoiceClient
 from app.hub import BUSY, RETRY_AFTER_S
 from app.launch import AppServer
 from app.prometheus import STAGE_FIGURES
-from tests.conftest import ASSETS, AUTH, ROOT, app_args, eventually, get, self_signed
+from tests.conftest import (
+    ASSETS,
+    AUTH,
+    ROOT,
+    app_args,
+    app_log,
+    eventually,
+    get,
+    log_lines,
+    self_signed,
+)
 
 pytestmark = pytest.mark.integration
+LOG = ROOT / "logs" / "app-tests-service.log"
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +40,7 @@ def service(endpoint, anchor_server, tmp_path_factory):
     app = AppServer([*app_args(endpoint, anchor_server),
                      "--auth", ":".join(AUTH), "--max-sessions", "1",
                      "--ssl-certfile", str(cert), "--ssl-keyfile", str(key)],
-                    log_path=ROOT / "logs" / "app-tests-service.log", verify=trust)
+                    log_path=LOG, verify=trust)
     app.start()
     try:
         app.wait_healthy()
@@ -68,14 +79,21 @@ def test_metrics_want_the_credentials_and_hold_each_finished_turn(service):
     for auth in (None, ("ann", "wrong")):
         assert get(service, "metrics", auth=auth).status_code == 401
     clips = ["en_capital.wav", "en_weather.wav"]
+    since = log_lines(LOG)
     with VoiceClient(service.url, auth=AUTH, verify=service.verify) as client:  # over wss
         assert live(service) == 1
         for clip in clips:
             speech, _ = sf.read(ASSETS / clip, dtype="float32")
             client.say(speech)
+
+        def turns() -> dict[tuple, float]:
+            return {labels: v for (name, labels), v in scrape(service).items()
+                    if name == "voice_agent_turns_total"}
+
         # the last record is final once the player said done; the anchor's once it ran
         eventually(lambda: value(scrape(service), "voice_agent_turns_total", endpoint="anchor",
-                                 source="voice", outcome="ok") == len(clips))
+                                 source="voice", outcome="ok") == len(clips),
+                   why=lambda: "\n".join([f"turns: {turns()}", *app_log(LOG, since)]))
         rows = client.export()
     eventually(lambda: live(service) == 0)  # the script's channel closed: its slot is free
     samples = scrape(service)

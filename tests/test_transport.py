@@ -14,7 +14,7 @@ from websockets.sync.client import connect
 
 from app.client import VoiceClient
 from app.config import VadConfig
-from tests.conftest import ASSETS
+from tests.conftest import APP_LOG, ASSETS, app_log, log_lines
 
 pytestmark = pytest.mark.integration
 
@@ -62,10 +62,12 @@ def test_words_over_the_reply_stop_it_and_get_their_own(app_url):
     interrupt-to-silence), and the words said over it get a reply of their own."""
     first, _ = sf.read(ASSETS / "en_joke.wav", dtype="float32")
     over, _ = sf.read(ASSETS / "en_capital.wav", dtype="float32")
+    since = log_lines(APP_LOG)
     with VoiceClient(app_url) as client:
         reply = client.say(first, over=over, timeout_s=120)
         rows = client.export()
-    assert len(reply.stopped) == 1 and reply.turn > reply.stopped[0], reply.events
+    assert len(reply.stopped) == 1 and reply.turn > reply.stopped[0], \
+        "\n".join([f"events: {reply.events}", *app_log(APP_LOG, since)])
     assert {"type": "stop", "turn": reply.stopped[0]}.items() <= \
         next(e for e in reply.events if e["type"] == "stop").items()
     assert np.abs(reply.audio).max() > 1000

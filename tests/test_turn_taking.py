@@ -28,7 +28,7 @@ from app.machine import machine
 from app.metrics import percentile
 from app.vad import FRAME_MS, PRE_ROLL_FRAMES
 from bench.page import launch, load, start_recording, visitor
-from tests.conftest import ARTIFACTS, ASSETS, ROOT, app_args, word_recall
+from tests.conftest import ARTIFACTS, ASSETS, ROOT, app_args, app_log, log_lines, word_recall
 
 pytestmark = pytest.mark.integration
 RUNS = 10
@@ -194,28 +194,16 @@ def finished(page, turn: int, timeout_s: float = 60.0) -> str:
     return ending(wait_for(page, lambda e: ending(e, turn) is not None, timeout_s), turn)
 
 
-def checks(since: int = 0) -> list[str]:
-    """The app's log of its interruption checks (what ASR heard, the verdict) and of the
-    turns it started, for a failure message: CI shows only the test output."""
-    lines = LOG.read_text(errors="replace").splitlines()[since:] if LOG.exists() else []
-    return [line[11:23] + " " + line.split(": ", 1)[-1][:300] for line in lines
-            if " app.conversation: " in line or " app.turn: " in line]
-
-
 def failed(outcomes: list[bool], page=None, since: int = 0, **extra: object) -> str:
     """A failure message in full (pytest shortens a non-string one): the outcomes, the
     app's checks, the player's last reports."""
     box = machine()
     lines = [f"outcomes: {outcomes}", f"on: {box['cpu']}, {' '.join(box['isa'])}",
              *(f"{k}: {v}" for k, v in extra.items()),
-             "the app's interruption checks:", *checks(since)]
+             "the app's interruption checks:", *app_log(LOG, since)]
     if page is not None:
         lines += ["the player's last reports:", *map(str, log(page)[-30:])]
     return "\n".join(lines)
-
-
-def log_lines() -> int:
-    return len(LOG.read_text(errors="replace").splitlines()) if LOG.exists() else 0
 
 
 def record(name: str, outcomes: list[bool], **extra: object) -> None:
@@ -226,7 +214,7 @@ def record(name: str, outcomes: list[bool], **extra: object) -> None:
 
 
 def test_own_voice_through_the_speakers_does_not_interrupt(page, clips):
-    since = log_lines()
+    since = log_lines(LOG)
     page.evaluate("() => window.__mic.echo(0.7, 60)")  # the room: 60 ms, -3 dB
     outcomes = []
     for _ in range(RUNS):
@@ -247,7 +235,7 @@ def test_a_real_interruption_stops_the_reply_fast_and_cuts_history(tt_url, clips
     several sentences. In one page the 135M model's answers shrank as its history filled
     with interruptions, until one ended before "Wait, stop" was said (a make test run:
     5 of 10, each miss a reply already over)."""
-    since = log_lines()
+    since = log_lines(LOG)
     outcomes, silences, misses, split, loudness = [], [], [], [], []
     with chromium() as ctx:
         for _ in range(RUNS):
@@ -328,7 +316,7 @@ def silence_split(entries: list[dict], turn: int) -> list[float] | None:
 def test_a_cough_or_mhm_does_not_cancel_the_reply(tt_url, clips, noise):
     """As expected only if the noise began while the reply played and the reply then played
     to its end. Each run a new page, so the answer is the long first one."""
-    since = log_lines()
+    since = log_lines(LOG)
     outcomes, misses = [], []
     with chromium() as ctx:
         for _ in range(RUNS):
@@ -467,7 +455,7 @@ def test_a_pause_inside_a_sentence_does_not_end_the_turn(page, tt_url):
     Sentences whose first half is a sentence of its own ("Remind me to order ... tickets
     for the concert") are said too, and recorded apart: nothing in the words tells them
     from a finished command."""
-    since = log_lines()
+    since = log_lines(LOG)
     seen = say_paused(page, tt_url, paused_sentences())
     outcomes, misses = seen.pop("outcomes"), seen.pop("misses")
     record("a 600-900 ms pause inside a sentence (the turn is not cut)", outcomes,
