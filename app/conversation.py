@@ -21,8 +21,10 @@ Agent speaking (its reply is playing in the page), an utterance over it ("over")
                                other words, a hum or a guess wait, paused ("pending")
     speech_long (pending)      the user went on talking over the paused reply (speech
                                captured after the page reported it silent, its echo gone):
-                               words or a command interrupt, echo resumes, a hum or a
-                               guess waits on
+                               words or a command interrupt (two words or more read
+                               unsure too, once the voice went on barge_in_ms over the
+                               silence: a hum, a cough and the echo stop), echo resumes,
+                               a hum or a guess waits on
     pause / end (pending)      if the voice went on for barge_in_ms over the silent,
                                paused reply, the words are checked again: words or a
                                command interrupt. Else the user stopped: it was short (a
@@ -547,7 +549,8 @@ class Conversation:
         pending = f.utterance == "pending"
         if not pending and playing.turn_id not in f.echo_turns:
             self._pause(session, playing.turn_id, event.frame_ms)
-        transcript, spoken, said = self._hear(session, playing.turn_id, event)
+        went_on = pending and self._voiced_after_silence(session, event)
+        transcript, spoken, said = self._hear(session, playing.turn_id, event, went_on)
         log.info("speech over turn %s (%s ms%s): %r (score %.2f) -> %s; the agent was "
                  "saying %r", playing.turn_id, round(event.speech_ms),
                  ", reply paused" if pending else "", transcript.text, transcript.score,
@@ -569,16 +572,17 @@ class Conversation:
                 self._pause(session, playing.turn_id, event.frame_ms)
             f.utterance = "pending"
 
-    def _hear(self, session: Session, turn_id: int,
-              event: VadEvent) -> tuple[Transcript, str, str]:
+    def _hear(self, session: Session, turn_id: int, event: VadEvent,
+              went_on: bool = False) -> tuple[Transcript, str, str]:
         """ASR of the utterance's last seconds (the words that decide, at one encoder
         window's cost however long the agent's echo has been going on) against what reply
-        `turn_id` was saying: the transcript, the reply's text, the verdict."""
+        `turn_id` was saying: the transcript, the reply's text, the verdict (`went_on`:
+        the voice went on over the silent, paused reply)."""
         f = self.floor(session)
         reply = f.turns.get(turn_id)
         spoken = " ".join(reply.pieces.values()) if reply is not None else ""
         transcript = self.agent.asr.process(turn_id, event.audio[-CHECK_SAMPLES:])
-        return transcript, spoken, verdict(transcript.text, spoken, transcript.score)
+        return transcript, spoken, verdict(transcript.text, spoken, transcript.score, went_on)
 
     def _pause(self, session: Session, turn_id: int, cause_ms: float) -> None:
         f = self.floor(session)

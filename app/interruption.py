@@ -39,9 +39,11 @@ Whisper's guesses at a hum ("Mhm." heard as "and may Chen") -1.30 to -1.63."""
 HUM = frozenset("mhnu")  # "Mhm" comes back as "M.H.N.", "M.H.M.H.", "Hmm"
 
 
-def verdict(heard: str, agent_text: str, score: float = 0.0) -> str:
+def verdict(heard: str, agent_text: str, score: float = 0.0, went_on: bool = False) -> str:
     """"command" (a word that stops the agent), "echo" (the agent's own words),
-    "backchannel", "noise" (no words, a guess or a loop) or "words" (anything else)."""
+    "backchannel", "noise" (no words, a guess or a loop) or "words" (anything else).
+    `went_on`: the voice went on over the paused reply once it was silent; a hum, a cough
+    or the echo stops there, so two words or more read unsure are words still."""
     from app.asr import MAX_COMPRESSION, compression_ratio
 
     w = words(heard)
@@ -55,8 +57,11 @@ def verdict(heard: str, agent_text: str, score: float = 0.0) -> str:
         return "echo" if echo else "noise"
     if any(x in COMMANDS for x in w) and not echo:
         return "command"  # read even when unsure: "wait stop" came back at -1.24
-    if score < MIN_SCORE:
-        return "noise"  # a guess at a sound
+    if score < MIN_SCORE and not (went_on and len(w) >= 2):
+        # a guess at a sound. Not so the user talking on over the silent reply (a make
+        # test run: the rest of a sentence said over the reply, read "Okay, that's good."
+        # at -1.38, was taken for a noise and lost)
+        return "noise"
     if all(x in BACKCHANNELS for x in w) or len(letters) <= 3 or set(letters) <= HUM:
         return "backchannel"
     return "echo" if echo else "words"

@@ -64,3 +64,17 @@ def test_a_reply_that_repeats_itself_heard_back_is_echo():
     said = "Stay warm: stay warm, stay healthy, staying warm, stay safe."
     assert verdict("stay warm, stay healthy, stay warm, stay warm", said) == "echo"
     assert verdict("Stay warm. Stay warm. Stay warm. Stay warm. Stay", REPLY) == "noise"
+
+
+def test_words_read_unsure_are_words_once_the_voice_went_on_over_the_paused_reply():
+    # the rest of a sentence said over the reply, as a make test run read it
+    rest = "Okay, that's good."
+    assert verdict(rest, REPLY, score=-1.38) == "noise"
+    assert verdict(rest, REPLY, score=-1.38, went_on=True) == "words"
+    # one word, a loop, the echo or nothing is no more the user's for going on
+    assert verdict("Hmm.", REPLY, score=-1.5, went_on=True) == "noise"
+    assert verdict("Chen", REPLY, score=-1.5, went_on=True) == "noise"
+    assert verdict("Stay warm. Stay warm. Stay warm. Stay warm. Stay", REPLY, score=-1.5,
+                   went_on=True) == "noise"
+    assert verdict("the capital of France is", REPLY, score=-1.5, went_on=True) == "echo"
+    assert verdict("", REPLY, went_on=True) == "noise"
