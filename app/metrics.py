@@ -149,7 +149,8 @@ thread asks for ASR; asr_decode / asr_end: the ASR worker decodes; asr_handed: t
 thread has the words; model_go: the silence is long enough for the model request
 (`VadConfig.model_after_ms`; only where it held one); tts_start: the TTS thread takes the
 first piece; first_sent: the first audio is handed to the event loop; socket_sent: the loop
-has written it (inside transport, first_sent -> received, so not a hand-off of its own)."""
+writes it to the socket (inside transport, first_sent -> received, so not a hand-off of its
+own)."""
 HANDOFFS = [("start", "asr_start", "turn thread starts"),
             ("asr_start", "asr_decode", "ASR worker picks up"),
             ("asr_end", "asr_handed", "transcript back to the turn"),

@@ -63,8 +63,8 @@ class Session:
 
     # --- the page's audio channel --------------------------------------------------------
     def send_audio(self, chunk: SpeechChunk, on_sent=None) -> None:
-        """Reply audio to the page's player (nothing when no page listens); `on_sent()` once
-        the event loop wrote it to the socket."""
+        """Reply audio to the page's player (nothing when no page listens); `on_sent(t)` as
+        the event loop writes it to the socket (app/wire.py)."""
         outbox = self.outbox
         if outbox is not None:
             outbox.send_bytes(audio_message(chunk), on_sent)

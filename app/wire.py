@@ -58,7 +58,8 @@ class Outbox:
         self.queue.put_nowait('{"type": "render"}')
 
     def send_bytes(self, data: bytes, on_sent=None) -> None:
-        """`on_sent()` is called on the event loop once the bytes are written to the socket."""
+        """`on_sent(t)` is called on the event loop as it writes the bytes to the socket (`t`:
+        perf_counter seconds then)."""
         item = data if on_sent is None else (data, on_sent)
         self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
 
