@@ -171,6 +171,27 @@ def test_a_guess_then_the_voice_going_on_is_checked_once(loop):
     assert sent() == ["resume"] and floor.utterance is None
 
 
+def test_words_read_unsure_stop_the_reply_once_the_voice_went_on_over_its_silence(loop):
+    """The rest of a sentence said on over the paused reply, read at a score a guess at a
+    sound has ("Okay, that's good." at -1.38, a make test run): the user's words, since a
+    hum, a cough or the echo stops with the reply. Read so before the voice went on
+    barge_in_ms over the silence, it waits."""
+    conversation, session, sent = talk(loop, [("And what is", -0.9),
+                                              ("And what is the weather", -1.38),
+                                              ("And what is the weather in Spain?", -1.38)])
+    floor = conversation.floor(session)
+    conversation.on_vad(session, event("speech_long", frame_ms=1000.0, last_voiced_ms=1000.0))
+    assert sent() == ["pause"] and floor.utterance == "pending"
+    conversation.on_report(session, PlayerReport("paused", 3, t_ms=1010.0))
+    conversation.on_vad(session, event("speech_long", speech_ms=1000, frame_ms=1400.0,
+                                       last_voiced_ms=1400.0))
+    assert sent() == [] and floor.heard == "noise"  # 390 ms on: a cough may still end
+    conversation.on_vad(session, event("pause", speech_ms=1400, seconds=2.0,
+                                       frame_ms=1900.0, last_voiced_ms=1836.0))
+    assert sent() == ["stop"] and floor.utterance == "turn"
+    assert conversation.agent.asr.script == []
+
+
 def test_without_speculation_the_end_decides_the_words_said_over_the_reply(loop):
     """No pause event (eager_ms 0): the end checks the voice that went on over the silent
     reply and makes it the next turn, committed."""
