@@ -142,6 +142,12 @@ VOICE_GONE_MS = 300
 has been quiet this long (a click, a cough): longer than the gaps between a sentence's
 words. With 128 on the H200, replies to half questions went out at such gaps and played
 over the rest of the question (docs/PERFORMANCE.md)."""
+UNHEARD_START_MS = 128
+"""Voice that starts an utterance after a commit while none of the reply has gone out: a
+short word said on is the user going on. In the labelled set "and" in "… the beach and" is
+8 voiced frames (256 ms, `VadConfig.min_speech_ms` is 250); in a make test run it started
+no utterance (fewer frames heard, or some before the commit), and the reply, released at
+`VOICE_GONE_MS`, was heard in the pause after it."""
 TICK = "tick"
 TICK_S = 0.1
 CLOSED = "closed"
@@ -295,6 +301,8 @@ class Conversation:
         becomes cancels the reply unheard and joins its words (`Floor.continues`)."""
         quiet = endpointer.quiet_ms
         latest.voice_back(quiet is not None and quiet < VOICE_GONE_MS)
+        endpointer.start_after_ms = UNHEARD_START_MS if latest.unheard \
+            else endpointer.cfg.min_speech_ms
 
     def _silence_ms(self, session: Session) -> float:
         endpointer = self._endpointers.get(session.sid)

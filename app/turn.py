@@ -316,6 +316,11 @@ class Turn:
             self._send_end()
 
     @property
+    def unheard(self) -> bool:
+        """Committed, and none of its reply has gone to the page yet."""
+        return self._committed and not self._to_page and not self.cancel.is_set()
+
+    @property
     def held_for_voice(self) -> bool:
         """Committed, and its reply waits for the user's voice to go (`voice_back`)."""
         return self._voice_back and self._committed and not self.cancel.is_set()

@@ -73,6 +73,9 @@ class Endpointer:
         self.end_after_ms = self.cfg.silence_ms
         """Silence that ends this utterance: the turn-taking raises it while it waits for
         the end-of-turn decision (app/conversation.py)."""
+        self.start_after_ms = self.cfg.min_speech_ms
+        """Voice that starts an utterance: the turn-taking lowers it while a reply it
+        committed is held for the voice (app/conversation.py)."""
 
     @property
     def busy(self) -> bool:
@@ -127,7 +130,7 @@ class Endpointer:
         elif p < cfg.threshold - HYSTERESIS:
             self._silent += 1
         speech_ms = self._voiced * FRAME_MS
-        if not self._started and speech_ms >= cfg.min_speech_ms:
+        if not self._started and speech_ms >= self.start_after_ms:
             self._started = True
             events.append(self._event("speech_start", end_ms))
         if self._started and speech_ms >= self._next_long:

@@ -311,6 +311,34 @@ def test_a_click_after_a_commit_delays_the_reply_only_while_it_lasts():
         page.close()
 
 
+def test_a_short_word_after_a_commit_drops_the_reply_unheard_and_continues_the_turn():
+    """"I want to go to the beach. | and … | probably have lunch there": a word of 200 ms
+    (shorter than `VadConfig.min_speech_ms`) said on after finished-looking words, then a
+    pause to think. While the reply is unheard it starts an utterance: the reply is dropped,
+    not let go into the pause, and the words join the turn's."""
+    page, speech, first = committed_at_its_verdict("What is the capital of France?")
+    try:
+        page.say(np.concatenate([speech[6400:9600], np.zeros(16 * 700, np.float32)]))
+        assert first.cancel.is_set() and page.sent() == 0  # never heard
+        page.agent.reply_go.set()
+        assert until(lambda: len(page.agent.started) == 2 and page.agent.started[1].committed)
+        assert page.agent.started[1].metrics.eot_signal.endswith("(continues turn 1)")
+        assert until(lambda: page.sent() == 1)
+    finally:
+        page.close()
+
+
+def test_once_the_reply_is_heard_a_short_word_is_no_utterance():
+    page, speech, first = committed_at_its_verdict("What is the capital of France?")
+    try:
+        page.agent.reply_go.set()
+        assert until(lambda: page.sent() == 1)  # the reply has gone to the page
+        page.say(np.concatenate([speech[6400:9600], np.zeros(16 * 700, np.float32)]))
+        assert not first.cancel.is_set() and len(page.agent.started) == 1
+    finally:
+        page.close()
+
+
 def reply_ready_with_the_microphone_behind(text: str = "What is the capital of France?"):
     """Committed at its verdict; then no frame for 300 ms (on a busy machine they come in
     late, in bursts) while the reply's first audio becomes ready: it waits for them."""
