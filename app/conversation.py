@@ -298,7 +298,8 @@ class Conversation:
         """A committed voice turn's reply waits while the user's voice is back and none of
         it has gone to the page: the verdict may have taken a pause to think for the end
         (a Whisper fragment such as "...a table for it."), and the utterance the voice
-        becomes cancels the reply unheard and joins its words (`Floor.continues`)."""
+        becomes cancels the reply unheard and joins its words (`Floor.continues`); until
+        some of it has gone, `UNHEARD_START_MS` of voice make that utterance."""
         quiet = endpointer.quiet_ms
         latest.voice_back(quiet is not None and quiet < VOICE_GONE_MS)
         endpointer.start_after_ms = UNHEARD_START_MS if latest.unheard \

@@ -74,8 +74,8 @@ class Endpointer:
         """Silence that ends this utterance: the turn-taking raises it while it waits for
         the end-of-turn decision (app/conversation.py)."""
         self.start_after_ms = self.cfg.min_speech_ms
-        """Voice that starts an utterance: the turn-taking lowers it while a reply it
-        committed is held for the voice (app/conversation.py)."""
+        """Voice that starts an utterance: the turn-taking lowers it while none of a reply
+        it committed has gone to the page (app/conversation.py)."""
 
     @property
     def busy(self) -> bool:

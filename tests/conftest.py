@@ -226,4 +226,3 @@ def app_log(log: Path, since: int = 0) -> list[str]:
             " app.asr: ")
     return [line[11:23] + " " + line.split(": ", 1)[-1][:300] for line in lines
             if any(k in line for k in keep)]
-
