@@ -12,7 +12,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from app.config import ROOT, AppConfig, AsrConfig, from_args, parse
+from app.config import DEMO_ASR_THREADS, ROOT, AppConfig, AsrConfig, from_args, parse
 from app.launch import (
     DEMO_SERVED_NAME,
     VllmServer,
@@ -66,6 +66,8 @@ def apply_demo_preset(args: argparse.Namespace) -> None:
     if not args.cpus:
         args.cpus = app_cpus()  # off the core vLLM's worker spins on
         args.asr_cpus = args.asr_cpus or all_cpus()
+    if args.asr_threads is None and args.asr_device == "cpu":
+        args.asr_threads = DEMO_ASR_THREADS
     if args.asr_model == AsrConfig.model and args.language in (None, "auto", "en"):
         # English-only tiny.en transcribes (0.28x the time of base on a 10 s window);
         # base tells the language, so Mandarin speech gets the notice, not a wrong reply
@@ -179,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
 
         cfg = from_args(args)
         # the whole machine's, before this process is pinned
-        choices = cpu_choices(args.vllm_compiled)
+        choices = cpu_choices(args.vllm_compiled, cfg.asr.cpu_threads)
         if cfg.cpus:
             os.sched_setaffinity(0, cfg.cpus)  # before any thread pool starts
         agent = Agent(cfg)

@@ -123,6 +123,11 @@ DETECTORS = ("off", "words", "model", "audio", "words+model", "words+audio", "mo
 ASR_COMPUTE = {"cpu": "int8", "cuda": "float16"}
 """The ASR's CTranslate2 compute type on each device (`AsrConfig.compute_type`)."""
 
+DEMO_ASR_THREADS = 1
+"""`--asr-threads` of the 2-core demo. Alone, tiny.en decodes a clip faster on one
+CTranslate2 thread than on two, on both of its CPU backends (MKL on Intel, oneDNN on AMD),
+and the other core stays with the page, the VAD and TTS (docs/PERFORMANCE.md)."""
+
 CPU_SHORT_WINDOW_S = 6.0
 """`--asr-short-window-s` on the CPU (on a GPU the encoder's window costs little: off)."""
 
@@ -142,7 +147,7 @@ class AsrConfig:
     live voice-to-voice run 0.101 against 0.087, 1.09x slower with the AVX2 paths forced
     (ASR 143 against 100 ms; docs/PERFORMANCE.md): greedy stays."""
     cpu_threads: int = 0
-    """CTranslate2 threads; 0: one per core of `cpus`."""
+    """CTranslate2 threads (`--asr-threads`); 0: one per core of `cpus`."""
     cpus: tuple[int, ...] = ()
     """Cores ASR may run on (empty: the app's)."""
     detect_model: str = ""
@@ -304,6 +309,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--keep-audio", type=Path, default=None, metavar="DIR",
                    help="write each voice turn's audio as ASR read it (SID-TURN.wav) and its "
                    "transcript (DIR/heard.tsv): what the agent heard")
+    g.add_argument("--asr-threads", type=positive_int, default=None,
+                   help="CTranslate2 threads for ASR on the CPU (default: one per ASR core; "
+                   f"--demo: {DEMO_ASR_THREADS})")
     g.add_argument("--asr-beam", type=positive_int, default=AsrConfig.beam_size,
                    help="Whisper's beam search width (1: greedy)")
     g.add_argument("--asr-short-window-s", type=short_window, default=None,
@@ -466,7 +474,7 @@ def from_args(args: argparse.Namespace) -> AppConfig:
         asr=AsrConfig(model=args.asr_model, language=args.language or "auto",
                       cpus=parse_cpus(args.asr_cpus), detect_model=args.asr_detect_model,
                       device=args.asr_device, host=args.asr_host, beam_size=args.asr_beam,
-                      short_window_s=asr_short_window(args),
+                      short_window_s=asr_short_window(args), cpu_threads=args.asr_threads or 0,
                       compute_type=ASR_COMPUTE[args.asr_device]),
         model_languages=tuple(x.strip() for x in (args.model_languages or "en,zh").split(",")
                               if x.strip()),

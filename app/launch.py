@@ -284,13 +284,15 @@ def cpu_dtype() -> str:
     return "bfloat16" if native else "float32"
 
 
-def cpu_choices(compiled: bool = False) -> str:
+def cpu_choices(compiled: bool = False, asr_threads: int = 0) -> str:
     """What the CPU default chose from this CPU, for the page and the log."""
     dtype = cpu_dtype()
     why = "native bf16" if dtype == "bfloat16" else "no native bf16 on this CPU"
     mode = "compiled" if compiled else "eager"
+    threads = asr_threads or len(os.sched_getaffinity(0))
     return (f"CPU: {describe(machine())} · vLLM {dtype} ({why}), {mode}, on core {vllm_cpu()}; the "
-            f"app and TTS on {app_cpus()}; ASR on {all_cpus()}")
+            f"app and TTS on {app_cpus()}; ASR on {all_cpus()}, {threads} "
+            f"thread{'s' if threads > 1 else ''}")
 
 
 HYBRID_CPU_FLAGS = [*MODEL_FLAGS, "--language-model-only"]

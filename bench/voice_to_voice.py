@@ -288,7 +288,8 @@ def markdown(results: list[dict], command: str, date: str, machine_line: str) ->
             " ".join(f"{k}={v}" for k, v in r.get("env", {}).items()) or "–" for r in results)
             + " |")
     if any("isa_in_effect" in r for r in results):  # read back from the libraries
-        lines.append("| ISA in effect (CTranslate2 / oneDNN / PyTorch / vLLM kernels) | " +
+        lines.append("| ISA in effect (CTranslate2 / its int8 GEMM / oneDNN / PyTorch / "
+                     "vLLM kernels) | " +
                      " | ".join(" / ".join(r.get("isa_in_effect", {}).values()) or "–"
                                 for r in results) + " |")
     first = results[0]["summary"]["probe_v2v_ms"]["p50"]

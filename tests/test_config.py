@@ -193,3 +193,19 @@ def test_the_first_piece_is_a_count_of_words(capsys):
     with pytest.raises(SystemExit):
         parser().parse_args(["--first-piece-words", "0"])
     assert "--first-piece-words" in capsys.readouterr().err
+
+
+def test_asr_threads_one_per_core_unless_set_and_one_on_the_demo(capsys):
+    from app.__main__ import apply_demo_preset
+    from app.config import DEMO_ASR_THREADS
+
+    assert from_args(parser().parse_args([])).asr.cpu_threads == 0  # one per ASR core
+    assert from_args(parser().parse_args(["--asr-threads", "3"])).asr.cpu_threads == 3
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--asr-threads", "0"])
+    assert "--asr-threads" in capsys.readouterr().err
+    for argv, threads in (([], DEMO_ASR_THREADS), (["--asr-threads", "2"], 2),
+                          (["--asr-device", "cuda"], 0)):
+        args = parser().parse_args(argv)
+        apply_demo_preset(args)
+        assert from_args(args).asr.cpu_threads == threads, argv

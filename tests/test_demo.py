@@ -74,6 +74,8 @@ def test_demo_starts_serves_and_ctrl_c_leaves_no_server():
             if f"http://127.0.0.1:{port}" in line:
                 break
         assert any(f"http://127.0.0.1:{port}" in x for x in lines), "".join(lines)
+        # what the CPU default chose, said in the log as on the page
+        assert any(x.startswith("CPU: ") and ", 1 thread" in x for x in lines), "".join(lines)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/agent/health", timeout=10) as r:
             assert b"smollm2" in r.read()
         assert port_open(vllm_port)

@@ -32,10 +32,15 @@ def test_a_benchmark_settings_leading_words_are_its_environment():
 
 @pytest.mark.integration
 def test_each_library_runs_the_isa_the_caps_allow(monkeypatch):
-    for key in AVX2:  # this run's own environment may set the caps already
+    for key in (*AVX2, "CT2_USE_MKL"):  # this run's own environment may set the caps already
         monkeypatch.delenv(key, raising=False)
     capped = isa_in_effect(AVX2)
     assert capped["ctranslate2"] == "AVX2" and capped["torch"] == "AVX2"
+    # CTranslate2 takes MKL on an Intel CPU and oneDNN on any other; CT2_USE_MKL=0 gives an
+    # Intel one the other vendors' backend
+    intel = "GenuineIntel" in open("/proc/cpuinfo").read()
+    assert capped["ctranslate2_int8_gemm"] == ("MKL" if intel else "DNNL")
+    assert isa_in_effect({**AVX2, "CT2_USE_MKL": "0"})["ctranslate2_int8_gemm"] == "DNNL"
     assert "AVX2" in capped["onednn"] and "512" not in capped["onednn"]
     if "avx512f" in machine()["isa"]:
         native = isa_in_effect({})
