@@ -73,10 +73,12 @@ def visitor(browser, init_script: str = ""):
 
 
 def load(page, url: str):
-    """`url` loaded in `page`, the app's page ready, one click given (so audio may play)."""
+    """`url` loaded in `page`, the app's page ready (its session and audio channel), one
+    click given (so audio may play)."""
     page.goto(url)
     page.wait_for_selector("#va-text textarea", timeout=60000)
-    page.wait_for_function("() => window.voiceAgent && window.voiceAgent.sid")
+    # its channel open too: a reply to a turn typed before it would go to no page
+    page.wait_for_function("() => window.voiceAgent && window.voiceAgent.ready", timeout=60000)
     page.click("h2")
     return page
 

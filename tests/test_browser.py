@@ -12,7 +12,16 @@ import soundfile as sf
 
 from app.views import fmt
 from bench.page import fake_mic_file, open_page, start_recording, stop_recording
-from tests.conftest import ARTIFACTS, ASSETS, ROOT, TRANSCRIPTS, word_recall
+from tests.conftest import (
+    APP_LOG,
+    ARTIFACTS,
+    ASSETS,
+    ROOT,
+    TRANSCRIPTS,
+    app_log,
+    log_lines,
+    word_recall,
+)
 
 pytestmark = pytest.mark.integration
 V2V_CELL = "#va-figures td[data-endpoint='primary'][data-figure='v2v_ms']"
@@ -38,18 +47,48 @@ def page_for():
             b.close()
 
 
-def v2v_filled(page, timeout_ms: int = 90000) -> float:
-    page.wait_for_function(
-        f"() => {{ const e = document.querySelector(\"{V2V_CELL}\");"
-        " return e && /[0-9]/.test(e.textContent); }", timeout=timeout_ms)
+def v2v_filled(page, app_url: str, since: int, timeout_ms: int = 90000) -> float:
+    """The page's voice-to-voice figure of its first turn, once drawn; if it is not, the
+    failure says what the page and the app had (CI shows only the test output)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(
+            f"() => {{ const e = document.querySelector(\"{V2V_CELL}\");"
+            " return e && /[0-9]/.test(e.textContent); }", timeout=timeout_ms)
+    except PlaywrightTimeout:
+        raise AssertionError("the voice-to-voice figure was not drawn\n"
+                             + page_state(page, app_url, since)) from None
     return float(page.inner_text(V2V_CELL).replace(",", ""))
 
 
+def page_state(page, app_url: str, since: int) -> str:
+    """The page's channel and player, what it drew, how often it asked the server for the
+    view and how often the server answered, the turns' records and the app's log lines."""
+    va = page.evaluate(
+        "() => { const v = window.voiceAgent, q = (s) => document.querySelector(s);"
+        " return {ready: v.ready, gone: v.gone, sid: v.sid, renders: v.renders,"
+        " chunks: v.chunks, log: v.log.slice(-12),"
+        " turns: Object.fromEntries(Object.entries(v.turns).map(([k, t]) =>"
+        "   [k, {ended: !!t.ended, reported: !!t.reported, pieces: t.pieces.length}])),"
+        " status: q('#va-status') && q('#va-status').innerText,"
+        " cell: q(\"" + V2V_CELL + "\") && q(\"" + V2V_CELL + "\").textContent,"
+        " chat: q('#va-chat') && q('#va-chat').innerText.slice(-300)}; }")
+    health = httpx.get(f"{app_url}agent/health", timeout=10).json()
+    rows = httpx.get(f"{app_url}agent/export/{va['sid']}.json", timeout=10).json()
+    kept = ("turn_id", "endpoint", "final", "v2v_ms", "cancelled", "error", "ran_after_ms")
+    return "\n".join([f"page: {va}",
+                      f"server: page updates {health.get('page_updates')}",
+                      *(f"record: { {k: r.get(k) for k in kept} }" for r in rows),
+                      "app log:", *app_log(APP_LOG, since)])
+
+
 def test_typed_turn_plays_audio_and_shows_figures(app_url, page_for):
+    since = log_lines(APP_LOG)
     page = page_for(app_url)
     page.fill("#va-text textarea", "Hello! Who are you?")
     page.press("#va-text textarea", "Enter")
-    v2v = v2v_filled(page)
+    v2v = v2v_filled(page, app_url, since)
     assert v2v > 0
     # the figures are drawn once the turn's record is final: its reply has played out and
     # the player has said so, not while it still plays
@@ -87,9 +126,10 @@ def test_typed_turn_plays_audio_and_shows_figures(app_url, page_for):
 
 def test_spoken_turn_through_the_microphone(app_url, page_for, tmp_path):
     mic = fake_mic_file(tmp_path / "mic.wav", [ASSETS / "en_capital.wav"], gap_s=9)
+    since = log_lines(APP_LOG)
     page = page_for(app_url, mic_file=mic)
     start_recording(page)
-    v2v = v2v_filled(page)
+    v2v = v2v_filled(page, app_url, since)
     stop_recording(page)
     assert v2v > 400  # at least the end-of-turn silence the endpointer waits for
     chat = page.inner_text("#va-chat")

@@ -176,6 +176,7 @@
   function render() {
     const el = document.getElementById("va-refresh");
     const btn = el && (el.tagName === "BUTTON" ? el : el.querySelector("button"));
+    va.renders = (va.renders || 0) + 1;  // asked of the server; its polls count the fetches
     if (btn) btn.click();
   }
   // The Worker: the socket, and the microphone frames from the worklet's port. Frames get
