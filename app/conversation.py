@@ -519,9 +519,14 @@ class Conversation:
         user's, not the echo's) and its words, checked again, are words or a command; the
         user going on from their last turn needs no second check. On a busy CPU the check
         at the utterance's second `speech_long` can come before the reply's silence is
-        reported, so the rest of a question said over it is decided here."""
+        reported, so the rest of a question said over it is decided here. At its end no
+        more voice can come, so voice beyond the echo's tail (`ECHO_TAIL_MS`) is checked:
+        "was moved to Friday", said on over a reply, was misread at its first 512 ms, went
+        on 483 ms over the silence and was lost when the reply resumed (make test)."""
         f = self.floor(session)
-        if f.heard not in ("words", "noise") or not self._voiced_after_silence(session, event) \
+        after = ECHO_TAIL_MS if event.kind == "end" else None
+        if f.heard not in ("words", "noise") \
+                or not self._voiced_after_silence(session, event, after) \
                 or f.rechecked_ms == event.last_voiced_ms:  # its pause already checked it
             return False
         f.rechecked_ms = event.last_voiced_ms
@@ -532,14 +537,15 @@ class Conversation:
             self._check_interruption(session, event)
         return f.utterance == "turn"
 
-    def _voiced_after_silence(self, session: Session, event: VadEvent) -> bool:
-        """Whether the utterance's voice went on for `barge_in_ms` after the paused reply
-        fell silent, as long again as the speech that paused it: the user's, not the
-        reply's echo (with the reply fed back into the page's microphone, an echo's last
-        voiced frame came over 200 ms after the page reported silence)."""
+    def _voiced_after_silence(self, session: Session, event: VadEvent,
+                              after_ms: float | None = None) -> bool:
+        """Whether the utterance's voice went on for `after_ms` (`barge_in_ms`: as long
+        again as the speech that paused it) after the paused reply fell silent: the user's,
+        not the reply's echo (with the reply fed back into the page's microphone, an echo's
+        last voiced frame came over 200 ms after the page reported silence)."""
         silent = self.floor(session).paused_silent_ms
-        return silent is not None and \
-            event.last_voiced_ms >= silent + self.agent.cfg.vad.barge_in_ms
+        after = self.agent.cfg.vad.barge_in_ms if after_ms is None else after_ms
+        return silent is not None and event.last_voiced_ms >= silent + after
 
     def _after_silence(self, session: Session, event: VadEvent) -> bool:
         """Whether this speech was captured after the paused reply went silent (the page's

@@ -192,6 +192,32 @@ def test_words_read_unsure_stop_the_reply_once_the_voice_went_on_over_its_silenc
     assert conversation.agent.asr.script == []
 
 
+def test_at_its_end_voice_past_the_echo_tail_is_checked_again(loop):
+    """The rest of a sentence said on over the reply, misread at its first check ("was moved
+    to Friday" as "When the fry" at -1.85, make test) and going on 483 ms over the silence:
+    under `barge_in_ms`, so its pause checks nothing, but at its end no more voice can come
+    and voice beyond the echo's tail is read again, whole: words, the next turn. Ending
+    within the echo's tail, it resumes the reply unread."""
+    conversation, session, sent = talk(loop, [("When the fry", -1.85),
+                                              ("was moved to Friday.", -0.5)])
+    floor = conversation.floor(session)
+    conversation.on_vad(session, event("speech_long"))
+    conversation.on_report(session, PlayerReport("paused", 3, t_ms=1010.0))
+    assert sent() == ["pause"] and floor.heard == "noise"
+    conversation.on_vad(session, event("pause", frame_ms=1557.0, last_voiced_ms=1493.0))
+    assert sent() == [] and len(conversation.agent.asr.script) == 1  # 483 ms: not checked
+    conversation.on_vad(session, event("end", frame_ms=1900.0, last_voiced_ms=1493.0,
+                                       seconds=1.3))
+    assert sent() == ["stop"] and conversation.agent.asr.script == []
+    assert conversation.agent.ran == [(1, 20800)] and floor.utterance is None
+
+    conversation, session, sent = talk(loop, [("When the fry", -1.85), ("unread", -0.5)])
+    conversation.on_vad(session, event("speech_long"))
+    conversation.on_report(session, PlayerReport("paused", 3, t_ms=1010.0))
+    conversation.on_vad(session, event("end", frame_ms=1500.0, last_voiced_ms=1180.0))
+    assert sent() == ["pause", "resume"] and conversation.agent.asr.script == [("unread", -0.5)]
+
+
 def test_without_speculation_the_end_decides_the_words_said_over_the_reply(loop):
     """No pause event (eager_ms 0): the end checks the voice that went on over the silent
     reply and makes it the next turn, committed."""
