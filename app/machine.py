@@ -16,6 +16,18 @@ CAPS = ("CT2_FORCE_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "CT2_U
 """The environment that moves the libraries off this CPU's own paths. CT2_USE_MKL=0 on an
 Intel CPU gives CTranslate2 the GEMM backend it takes on any other vendor's (oneDNN, not
 MKL): with the three ISA caps, the AVX2 paths as an AMD CPU runs them."""
+AVX2_CAPS = {"CT2_FORCE_CPU_ISA": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+             "ATEN_CPU_CAPABILITY": "avx2"}
+"""The three ISA caps that force the AVX2 paths on an AVX-512 CPU."""
+
+
+def ct2_choice(log: str) -> tuple[str, str]:
+    """CTranslate2's ISA and int8 GEMM backend, from its own log (CT2_VERBOSE=1)."""
+    import re
+
+    isa = re.findall(r"Selected ISA: (\S+)", log)
+    gemm = re.findall(r"GEMM_S8 backend: (\S+)", log)
+    return (isa or ["?"])[0], (gemm or ["?"])[0]
 
 
 def one_blas_thread() -> None:
@@ -88,8 +100,8 @@ def isa_in_effect(env: dict[str, str] | None = None) -> dict[str, str]:
     out = subprocess.run([sys.executable, "-c", ct2], env=full, cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     text = out.stdout + out.stderr
-    found = {"ctranslate2": (re.findall(r"Selected ISA: (\S+)", text) or ["?"])[0],
-             "ctranslate2_int8_gemm": (re.findall(r"GEMM_S8 backend: (\S+)", text) or ["?"])[0],
+    ct2_isa, ct2_gemm = ct2_choice(text)
+    found = {"ctranslate2": ct2_isa, "ctranslate2_int8_gemm": ct2_gemm,
              "onednn": (re.findall(r"onednn_verbose,[^\n]*?,isa:([^,\n]+)", text) or ["?"])[0]}
     vllm_python = ROOT / ".venv-vllm" / "bin" / "python"
     if vllm_python.exists():

@@ -19,16 +19,14 @@ import argparse
 import datetime as dt
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
 
 from app.config import ROOT
-from app.machine import describe, machine
+from app.machine import AVX2_CAPS as AVX2
+from app.machine import CAPS, ct2_choice, describe, machine
 
-AVX2 = {"CT2_FORCE_CPU_ISA": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
-        "ATEN_CPU_CAPABILITY": "avx2"}
 SETTINGS = {
     "native, 2 threads": ({}, 2), "native, 1 thread": ({}, 1),
     "AVX2 forced, 2 threads": (AVX2, 2), "AVX2 forced, 1 thread": (AVX2, 1),
@@ -58,16 +56,14 @@ print("RESULT " + json.dumps(out))
 
 
 def run_one(env: dict[str, str], threads: int) -> tuple[dict, str]:
-    full = {**{k: v for k, v in os.environ.items() if k not in (*AVX2, "CT2_USE_MKL")},
+    full = {**{k: v for k, v in os.environ.items() if k not in CAPS},
             **env, "CT2_VERBOSE": "1"}
     out = subprocess.run([sys.executable, "-c", CHILD, str(threads)], env=full, cwd=ROOT,
                          capture_output=True, text=True, timeout=600)
     line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
     if line is None:
         raise SystemExit(f"the ASR process failed:\n{out.stderr[-3000:]}")
-    gemm = re.findall(r"GEMM_S8 backend: (\S+)", out.stderr)
-    isa = re.findall(r"Selected ISA: (\S+)", out.stderr)
-    return json.loads(line[len("RESULT "):]), f"{(isa or ['?'])[0]} / {(gemm or ['?'])[0]}"
+    return json.loads(line[len("RESULT "):]), " / ".join(ct2_choice(out.stderr))
 
 
 def main() -> None:

@@ -7,10 +7,9 @@ import shlex
 import pytest
 
 from app.launch import cpu_dtype
+from app.machine import AVX2_CAPS as AVX2
 from app.machine import capped_below_avx512, isa_in_effect, machine
 from bench.settings import split_env
-
-AVX2 = {"CT2_FORCE_CPU_ISA": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
 
 
 def test_a_cap_below_avx512_means_no_native_bf16(monkeypatch):
