@@ -30,7 +30,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -54,6 +54,21 @@ UNSURE = -0.6  # mean token log-probability under which an English-only model is
 # week?": Thai 0.56-0.68; "Set a timer for ten minutes.": Japanese 0.37-0.69); live it took
 # English for Japanese in 2 of 600 benchmark turns, each costing a whole turn's words.
 SURE_LANGUAGE = 0.8
+CLOSING_MARKS = (".", "?", "!")
+
+
+class Reading(NamedTuple):
+    """One decode of one window."""
+
+    text: str
+    score: float
+    """The decoder's mean log-probability per token."""
+    loops: bool
+    last_word_s: tuple[float, float] | None
+    """Where the last word lies in the audio (s)."""
+    close_p: float | None
+    """Where the text ends with no closing mark: the decoder's probability that one came
+    next instead of the end (`Transcript.close_p`); None where it wrote one."""
 
 
 class Transcriber(Protocol):
@@ -170,12 +185,13 @@ class Asr:
                     results = []  # none to zip: each has its exception
                 t1 = time.perf_counter()
                 self.largest_batch = max(self.largest_batch, len(batch))
-                for r, (text, score, loops, last) in zip(batch, results, strict=False):
-                    if loops or repeated(text):  # a warmer decode, or the 30 s path
+                for r, read in zip(batch, results, strict=False):
+                    if read.loops or repeated(read.text):  # a warmer decode, or the 30 s path
                         alone.append(r)
                     else:
-                        r.done.set_result(Transcript(r.turn_id, text, lang, t0, t1, score,
-                                                     last))
+                        r.done.set_result(Transcript(r.turn_id, read.text, lang, t0, t1,
+                                                     read.score, read.last_word_s,
+                                                     read.close_p))
         for r in alone:
             try:
                 r.done.set_result(self._transcribe(r.turn_id, r.audio, r.language))
@@ -194,17 +210,16 @@ class Asr:
     def _transcribe(self, turn_id: int, audio: np.ndarray, language: str | None) -> Transcript:
         lang = language or self.cfg.language
         t0 = time.perf_counter()
-        score, last = 0.0, None
+        read = Reading("", 0.0, False, None, None)
         windows = self.windows(audio)
         short = bool(windows)
         for window, longer in zip(windows, [*windows[1:], 30.0], strict=False):
             # a loop in a shorter window goes on to a longer one at once: warmer decodes
             # there were slow (~300 ms) and seldom right, the next window's greedy one was
             warmer = TEMPERATURES if longer == 30.0 else (0.0,)
-            text, detected, score, last = self._decode_window(self.model, audio, lang,
-                                                              window, warmer)
+            read, detected = self._decode_window(self.model, audio, lang, window, warmer)
             if self.detector is not None and lang == "auto" and \
-                    (score < UNSURE or compression_ratio(text) > MAX_COMPRESSION):
+                    (read.score < UNSURE or compression_ratio(read.text) > MAX_COMPRESSION):
                 # the English-only model is unsure (measured: English clips score -0.06 to
                 # -0.50, Mandarin ones -0.90 to -1.42 or loop). It is more often so in a
                 # short window, and there the multilingual model took English for Japanese
@@ -212,20 +227,20 @@ class Asr:
                 # window first.
                 if longer < 30:
                     log.info("turn %s: unsure in the %.0f s window (%r); reading the %.0f s "
-                             "window", turn_id, window, text[:120], longer)
+                             "window", turn_id, window, read.text[:120], longer)
                     continue
                 # ask the multilingual model which language this is, and let it transcribe
                 # any other language
                 detected = self.language(audio, window)
                 if detected != "en":
-                    text, detected, score, last = self._decode_window(
-                        self.detector, audio, detected, window, warmer)
+                    read, detected = self._decode_window(self.detector, audio, detected,
+                                                         window, warmer)
             lang = detected
-            if not repeated(text) and compression_ratio(text) <= MAX_COMPRESSION:
+            if not repeated(read.text) and compression_ratio(read.text) <= MAX_COMPRESSION:
                 break
             # a longer window reads it right (the 30 s one as Whisper was trained to)
             log.info("turn %s: the %.0f s window wrote %r; reading the %.0f s window",
-                     turn_id, window, text[:120], longer)
+                     turn_id, window, read.text[:120], longer)
             short = longer < 30
         if not short:
             segments, info = self.model.transcribe(
@@ -236,8 +251,10 @@ class Asr:
                 initial_prompt=_ZH_PROMPT if lang in ("zh", "auto") else None,
             )
             text = "".join(s.text for s in segments if s.no_speech_prob < NO_SPEECH).strip()
-            detected, last = info.language, None  # Whisper's own path: not aligned
-        return Transcript(turn_id, text, detected, t0, time.perf_counter(), score, last)
+            # Whisper's own path: not aligned, its probabilities not read
+            read, detected = Reading(text, read.score, False, None, None), info.language
+        return Transcript(turn_id, read.text, detected, t0, time.perf_counter(), read.score,
+                          read.last_word_s, read.close_p)
 
     def windows(self, *clips: np.ndarray) -> list[float]:
         """The windows that hold each of `clips` with a second to spare, shortest first
@@ -274,12 +291,10 @@ class Asr:
         return lang if p >= SURE_LANGUAGE else "en"
 
     def _generate(self, model, encoded, count: int, lang: str, lengths: list[float],
-                  temperature: float = 0.0
-                  ) -> list[tuple[str, float, bool, tuple[float, float] | None]]:
+                  temperature: float = 0.0) -> list[Reading]:
         """One decode of `count` encoded windows in `lang`, greedy (or by beam) at
-        temperature 0, else sampled: (text, the decoder's mean log-probability per token,
-        whether the text loops, where its last word lies in the audio) each; ("", 0.0,
-        False, None) where no one speaks. `lengths`: each window's audio, s."""
+        temperature 0, else sampled; an empty reading where no one speaks. `lengths`: each
+        window's audio, s."""
         from faster_whisper.tokenizer import Tokenizer
         from faster_whisper.transcribe import get_suppressed_tokens
 
@@ -296,27 +311,29 @@ class Asr:
         results = whisper.generate(encoded, [prompt] * count,
                                    max_length=len(prompt) + int(16 + 8 * seconds),
                                    suppress_blank=True, return_scores=True,
+                                   return_logits_vocab=True,
                                    suppress_tokens=get_suppressed_tokens(tok, [-1]),
                                    return_no_speech_prob=True, **options)
         spans = last_words(model, tok, encoded, [r.sequences_ids[0] for r in results], lengths)
+        marks = closing_marks(tok)
         out = []
         for result, span in zip(results, spans, strict=True):
             if result.no_speech_prob >= NO_SPEECH:
-                out.append(("", 0.0, False, None))
+                out.append(Reading("", 0.0, False, None, None))
                 continue
-            text = tok.decode(result.sequences_ids[0]).strip()
+            ids = result.sequences_ids[0]
+            text = tok.decode(ids).strip()
             copy = first_copy(text, seconds)  # the first copy of a loop ends elsewhere
-            out.append((copy or text, result.scores[0],
-                        compression_ratio(copy or text) > MAX_COMPRESSION,
-                        None if copy else span))
+            out.append(Reading(copy or text, result.scores[0],
+                               compression_ratio(copy or text) > MAX_COMPRESSION,
+                               None if copy else span,
+                               None if copy else close_probability(result, ids, marks)))
         return out
 
     def _decode_window(self, model, audio: np.ndarray, lang: str, window: float,
-                       temperatures: tuple[float, ...] = TEMPERATURES
-                       ) -> tuple[str, str, float, tuple[float, float] | None]:
+                       temperatures: tuple[float, ...] = TEMPERATURES) -> tuple[Reading, str]:
         """Encode only `window` seconds of mel frames, then decode greedily (or by beam),
-        warmer while the text loops: (text, language, the decoder's mean log-probability,
-        where the last word lies in the audio)."""
+        warmer while the text loops: the reading and its language."""
         whisper = model.model
         encoded = self._encode(model, [audio], window)
         if not whisper.is_multilingual:
@@ -324,11 +341,35 @@ class Asr:
         elif lang == "auto":
             lang = whisper.detect_language(encoded)[0][0][0][2:-2]  # "<|zh|>" -> "zh"
         for temperature in temperatures:  # faster-whisper's fallback, as `transcribe` does
-            text, score, loops, last = self._generate(model, encoded, 1, lang,
-                                                      [len(audio) / RATE], temperature)[0]
-            if not loops:
+            read = self._generate(model, encoded, 1, lang, [len(audio) / RATE], temperature)[0]
+            if not read.loops:
                 break
-        return text, lang, score, last
+        return read, lang
+
+
+def closing_marks(tok) -> list[int]:
+    """The token ids of ".", "?" and "!" each written alone (faster-whisper `Tokenizer`)."""
+    ids = [tok.encode(mark) for mark in CLOSING_MARKS]
+    return [i[0] for i in ids if len(i) == 1]
+
+
+def close_probability(result, ids: list[int], marks: list[int]) -> float | None:
+    """Where the decoded `ids` end with no closing mark: the probability the decoder gave
+    one of `marks` at its last step, where it chose the end instead (from the step's
+    log-probabilities, `return_logits_vocab`). None where the text closes with a mark, or
+    the step is not there. A finished sentence Whisper left unclosed kept 0.23-0.54 there,
+    a half sentence misread as finished 0.17, half sentences 0.00-0.12 (the labelled set,
+    docs/PERFORMANCE.md)."""
+    if not ids or ids[-1] in marks or not result.logits or len(result.logits[0]) <= len(ids):
+        return None
+    import ctranslate2
+
+    step = result.logits[0][len(ids)]
+    if step.device != "cpu":
+        step = step.to_device(ctranslate2.Device.cpu)
+    x = np.asarray(step, dtype=np.float64).ravel()
+    p = np.exp(x - x.max())
+    return float(p[marks].sum() / p.sum())
 
 
 def last_words(model, tok, encoded, sequences: list[list[int]],

@@ -98,6 +98,12 @@ class TurnConfig:
     unclosed wait too (2.6 % of the benchmarks' transcripts, `docs/PERFORMANCE.md`). Above
     the 600-900 ms of a pause to think. English script only:
     tiny.en and base write Mandarin with no marks as often as with them."""
+    close_p: float = 0.3
+    """Words held so commit at once where Whisper gave a closing mark at least this
+    probability at their end (`Transcript.close_p`): it nearly wrote one. On the labelled
+    set a finished sentence left unclosed kept 0.23-0.54 there, the one half sentence
+    misread as finished ("Remind me, Lord" for "Remind me to order") 0.17, halves 0.00-0.12
+    (docs/PERFORMANCE.md). 1.0: never."""
     model_done: float = 0.1
     """The model's end-of-message probability at or above which the turn commits at once
     (SmolLM2-135M gave finished sentences 0.0-0.7, median ~0.05; choose it for the served
@@ -335,6 +341,9 @@ def parser() -> argparse.ArgumentParser:
                    "Turn v3.2)")
     g.add_argument("--turn-cap-ms", type=positive_int, default=TurnConfig.cap_ms,
                    help="an unfinished utterance commits anyway after this much silence")
+    g.add_argument("--turn-close-p", type=probability, default=TurnConfig.close_p,
+                   help="commit finished-looking words Whisper wrote with no closing mark "
+                        "at once where it gave one at least this probability (1: never)")
     g.add_argument("--turn-unmarked-ms", type=positive_int, default=TurnConfig.unmarked_ms,
                    help="words: finished-looking words the ASR closed with no '.', '?' or "
                    "'!' commit after this much silence")
@@ -470,7 +479,8 @@ def from_args(args: argparse.Namespace) -> AppConfig:
                       eager_ms=eager_ms(args), model_after_ms=model_after_ms(args),
                       barge_in_ms=args.barge_in_ms),
         turn=TurnConfig(detector=args.turn_detector, cap_ms=args.turn_cap_ms,
-                        unmarked_ms=args.turn_unmarked_ms, continue_ms=args.turn_continue_ms),
+                        unmarked_ms=args.turn_unmarked_ms,
+                        close_p=args.turn_close_p, continue_ms=args.turn_continue_ms),
         asr=AsrConfig(model=args.asr_model, language=args.language or "auto",
                       cpus=parse_cpus(args.asr_cpus), detect_model=args.asr_detect_model,
                       device=args.asr_device, host=args.asr_host, beam_size=args.asr_beam,
@@ -532,6 +542,13 @@ def positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be above 0, not {value}")
+    return value
+
+
+def probability(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a probability, 0-1, not {text}")
     return value
 
 

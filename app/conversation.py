@@ -363,7 +363,7 @@ class Conversation:
 
         def run() -> None:
             result = self.detector.judge(turn.turn_id, transcript.text, audio, context[-300:],
-                                         transcript.last_word_s)
+                                         transcript.last_word_s, transcript.close_p)
             self._post(session, result)
 
         if self.detector.uses <= {"words"}:

@@ -10,7 +10,8 @@ and complete utterances (`python -m bench.turn_detection`, docs/PERFORMANCE.md):
   auxiliaries, "to", possessives and fillers, Mandarin connectives and structural
   particles, and a trailing comma or ellipsis (Whisper writes one where the voice went on)
   leave a sentence unfinished; finished-looking words the ASR closed with no mark are held a
-  little (`TurnConfig.unmarked_ms`). Costs nothing.
+  little (`TurnConfig.unmarked_ms`) unless Whisper nearly wrote the mark
+  (`Transcript.close_p`, `TurnConfig.close_p`). Costs nothing.
 - model: the served model's probability that the user's message ends here, read as the
   prompt log-probability of its chat template's end-of-message token after the words
   (LiveKit's turn detector works this way). One short prefill on the model server.
@@ -192,10 +193,11 @@ def heard_words(text: str, last_word_s: tuple[float, float] | None) -> tuple[str
 
 def decide(cfg: TurnConfig, silence_ms: int, uses: set[str], text: str,
            p_model: Callable[[], float], p_audio: Callable[[], float],
-           guessed: str = "") -> tuple[int, Signal, str]:
+           guessed: str = "", close_p: float | None = None) -> tuple[int, Signal, str]:
     """The hold (ms of silence before the commit), the signal that decided and what it saw,
     from the signals in `uses`; each probability is asked for only when it is needed.
-    `text`: the words heard (`heard_words`); `guessed`: a last word left out of them."""
+    `text`: the words heard (`heard_words`); `guessed`: a last word left out of them;
+    `close_p`: Whisper's probability of a closing mark where it wrote none."""
     if not uses:
         return silence_ms, "fixed", "detector off"
     if not text.strip():
@@ -219,6 +221,10 @@ def decide(cfg: TurnConfig, silence_ms: int, uses: set[str], text: str,
             return 0, "audio", f"p(done) {p:.2f}"
         return cfg.cap_ms, "audio", f"p(done) {p:.2f}"
     if "words" in uses and (guessed or not closed(text)):
+        if not guessed and close_p is not None:
+            note = f", p(mark) {close_p:.2f}"
+            if close_p >= cfg.close_p:  # Whisper nearly closed it: finished
+                return 0, "words", "no open ending" + note
         return cfg.unmarked_ms, "words", "no closing mark" + note
     return 0, "words", "no open ending" + note
 
@@ -248,20 +254,23 @@ class TurnDetector:
                 f"{self.cfg.cap_ms} ms of silence; unsure: {self.silence_ms} ms)")
 
     def judge(self, turn_id: int, text: str, audio: np.ndarray | None = None,
-              context: str = "", last_word_s: tuple[float, float] | None = None) -> EndOfTurn:
+              context: str = "", last_word_s: tuple[float, float] | None = None,
+              close_p: float | None = None) -> EndOfTurn:
         """Is the utterance `text` (its `audio`; `context`: the agent's last reply;
-        `last_word_s`: where the ASR put its last word in the audio) over? A model that
-        fails leaves the decision to the fixed silence."""
+        `last_word_s`: where the ASR put its last word in the audio; `close_p`: its
+        probability of a closing mark where it wrote none) over? A model that fails leaves
+        the decision to the fixed silence."""
         t0 = time.perf_counter()
         if last_word_s is not None:  # with the verdict's line: what a cut-off was judged on
-            log.info("turn %s: %r, its last word at %.2f-%.2f s of its audio", turn_id,
-                     text[-60:], *last_word_s)
+            log.info("turn %s: %r, its last word at %.2f-%.2f s of its audio%s", turn_id,
+                     text[-60:], *last_word_s,
+                     "" if close_p is None else f", p(mark) {close_p:.2f}")
         text, guessed = heard_words(text, last_word_s)
         try:
             hold, signal, detail = decide(
                 self.cfg, self.silence_ms, self.uses, text,
                 lambda: self.model.p_end(text, context),
-                lambda: self.audio(audio) if audio is not None else 0.0, guessed)
+                lambda: self.audio(audio) if audio is not None else 0.0, guessed, close_p)
         except (ServerError, KeyError, IndexError, ValueError) as exc:
             hold, signal, detail = self.silence_ms, "fixed", f"model failed: {exc}"[:120]
         return EndOfTurn(turn_id, hold, signal, detail,

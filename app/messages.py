@@ -74,6 +74,11 @@ class Transcript:
     """Where the transcript's last word lies in the audio (start, end, s), by Whisper's own
     alignment of its tokens to the audio (None: not aligned). A word Whisper added where
     the audio stops ("a table for it." for "a table for", the user pausing) gets no span."""
+    close_p: float | None = None
+    """Where Whisper ended the text with no closing mark (".", "?", "!"): the probability
+    it gave one at the end, where it chose to stop instead. High: a finished sentence it
+    nearly closed; low: the voice did not sound finished. None: it wrote one, or the
+    probability was not read."""
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,7 @@ class Pause:
     p_audio: float | None = None
     audio_ms: float = 0.0
     last_word_s: tuple[float, float] | None = None
+    close_p: float | None = None
 
 
 @dataclass
@@ -108,7 +109,7 @@ def measure(clips: list[dict], asr: Asr, model: EndOfTurnModel | None, smart,
         for pause, heard in pauses_of(audio, eager_ms):
             tr = asr.process(0, heard)
             pause.text, pause.asr_ms = tr.text, (tr.asr_end - tr.asr_start) * 1000
-            pause.last_word_s = tr.last_word_s
+            pause.last_word_s, pause.close_p = tr.last_word_s, tr.close_p
             said, _ = heard_words(pause.text, pause.last_word_s)
             if model is not None and said:
                 t0 = time.perf_counter()
@@ -147,7 +148,8 @@ def outcome(clip: Clip, setting: str, cfg: TurnConfig, ready_ms: float) -> dict:
             return pause.p_audio or 0.0
 
         heard, guessed = heard_words(pause.text, None if every else pause.last_word_s)
-        hold, signal, detail = decide(cfg, SILENCE_MS, uses, heard, p_model, p_audio, guessed)
+        hold, signal, detail = decide(cfg, SILENCE_MS, uses, heard, p_model, p_audio, guessed,
+                                      pause.close_p)
         cost = (pause.model_ms if "model" in used else 0.0) + \
             (pause.audio_ms if "audio" in used else 0.0)
         transcript = pause.frame_ms + pause.asr_ms

@@ -277,3 +277,37 @@ def test_a_word_whisper_adds_where_the_voice_stops_is_aligned_to_no_voice():
     for b, a in zip(batched, alone, strict=True):
         assert (b.last_word_s[1] - b.last_word_s[0] < GUESSED_S) == \
             (a.last_word_s[1] - a.last_word_s[0] < GUESSED_S), (b, a)
+
+
+def test_finished_words_whisper_left_unclosed_commit_and_half_sentences_wait():
+    """Through the app's endpointer as a turn hears them (the labelled set): at the end of
+    "My meeting with the manager was moved to Friday" tiny.en wrote no closing mark but gave
+    one 0.39-0.45 where it stopped (on this project's Xeon); at the pauses of "I'm trying
+    to | find a cheap flight" and "My flight has been | delayed" 0.07-0.10. The finished
+    sentence commits at once, with its mark or without; the halves wait. A transcript that
+    ends with a mark has no such probability."""
+    from app.config import TurnConfig, VadConfig
+    from app.endofturn import TurnDetector
+    from bench.turn_detection import SET, pauses_of
+
+    asr = Asr(AsrConfig(model=tiny_en_dir(), language="en"))
+    asr.setup()
+    detector = TurnDetector(TurnConfig("words"), VadConfig.silence_ms)
+
+    def readings(name: str) -> list:
+        x, _ = sf.read(SET / name, dtype="float32")
+        return [(pause, asr.process(1, heard)) for pause, heard in pauses_of(x, 128)]
+
+    *_, (end, whole) = readings("en_pause_16.wav")
+    assert end.resume_ms is None and "friday" in whole.text.lower(), whole
+    verdict = detector.judge(1, whole.text, last_word_s=whole.last_word_s,
+                             close_p=whole.close_p)
+    assert verdict.hold_ms == 0, (whole, verdict)
+    assert (whole.close_p is None) == whole.text.endswith((".", "?", "!")), whole
+    for name in ("en_pause_07.wav", "en_pause_10.wav"):
+        (first, half), *_ = readings(name)
+        assert first.resume_ms is not None, (name, half)  # the voice went on after it
+        assert half.close_p is None or half.close_p < TurnConfig.close_p, (name, half)
+        verdict = detector.judge(2, half.text, last_word_s=half.last_word_s,
+                                 close_p=half.close_p)
+        assert verdict.hold_ms >= TurnConfig.unmarked_ms, (name, half, verdict)
