@@ -414,9 +414,12 @@ def repeated(text: str) -> bool:
 
 def loop_period(w: list[str]) -> int | None:
     """How many words the phrase `repeated` finds written over and over in `w` is long
-    (the shortest such phrase), or None."""
-    return next((period for period in range(2, len(w) // 2 + 1)
-                 if all(w[i] == w[i % period] for i in range(len(w) - 1))
+    (the shortest such phrase), or None. Written again at least whole, or in its first
+    three words or more ("Reminds me to call my sister this weekend. Reminds me to call my
+    sister", tiny.en in the page for a 2.7 s clip)."""
+    return next((period for period in range(2, len(w) - 1)
+                 if len(w) - period >= min(period, 3)
+                 and all(w[i] == w[i % period] for i in range(len(w) - 1))
                  and w[-1] and w[len(w) - 1 - period].startswith(w[-1])), None)
 
 

@@ -151,9 +151,11 @@ def test_a_phrase_written_twice_over_is_recognised():
     assert repeated("Tell me something about Tarovins Tell me something about Tarovins")
     assert repeated("Tell me something about dairlfriends Tell me something about "
                     "dairlfriends Tell me something about dairlfriend")  # cut at the cap
+    # written again in part only (tiny.en in the page, a 2.7 s clip)
+    assert repeated("Reminds me to call my sister this weekend. Reminds me to call my sister")
     for said in ("Hello, who are you?", "New York, New York is a song", "bye bye",
                  "very very good", "Can you name three colors?", "so so sorry",
-                 "one two one twelve"):
+                 "one two one twelve", "what is it, what is"):
         assert not repeated(said), said
 
 
@@ -168,6 +170,8 @@ def test_a_loop_no_one_could_have_said_in_its_time_keeps_its_first_copy():
     assert first_copy("Where are you from? Where are you from? Where are you", 1.25) == \
         "Where are you from?"
     assert first_copy("Hello? Who are you? Hello? Who are you?", 3.5) is None  # 2.3 a second
+    assert first_copy("Reminds me to call my sister this weekend. Reminds me to call my "
+                      "sister", 2.7) == "Reminds me to call my sister this weekend."
     assert first_copy("Can you name three colors?", 0.5) is None  # fast, but no loop
     assert first_copy("我想知道我想知道我想知道我想知道", 1.0) is None
 
