@@ -324,10 +324,13 @@ class Asr:
             ids = result.sequences_ids[0]
             text = tok.decode(ids).strip()
             copy = first_copy(text, seconds)  # the first copy of a loop ends elsewhere
+            if copy:  # its words end where the decoder began the phrase again
+                ids = ids[:next((k for k in range(1, len(ids) + 1)
+                                 if tok.decode(ids[:k]).strip() == copy), len(ids))]
             out.append(Reading(copy or text, result.scores[0],
                                compression_ratio(copy or text) > MAX_COMPRESSION,
                                None if copy else span,
-                               None if copy else close_probability(result, ids, marks)))
+                               close_probability(result, ids, marks)))
         return out
 
     def _decode_window(self, model, audio: np.ndarray, lang: str, window: float,
@@ -354,12 +357,13 @@ def closing_marks(tok) -> list[int]:
 
 
 def close_probability(result, ids: list[int], marks: list[int]) -> float | None:
-    """Where the decoded `ids` end with no closing mark: the probability the decoder gave
-    one of `marks` at its last step, where it chose the end instead (from the step's
-    log-probabilities, `return_logits_vocab`). None where the text closes with a mark, or
-    the step is not there. A finished sentence Whisper left unclosed kept 0.23-0.54 there,
-    a half sentence misread as finished 0.17, half sentences 0.00-0.12 (the labelled set,
-    docs/PERFORMANCE.md)."""
+    """Where `ids` (the decoded tokens, or the first copy of a loop's) end with no closing
+    mark: the probability the decoder gave one of `marks` at the next step, where it chose
+    the end, or the loop's next copy, instead (from the step's log-probabilities,
+    `return_logits_vocab`). None where they close with a mark, or the step is not there.
+    Low at most pauses inside a sentence (0.00-0.17 on the labelled set and in the page);
+    finished sentences left unclosed kept 0.22-0.54, but so did some halves cut at a short
+    gap ("Why is the sky" 0.33): docs/PERFORMANCE.md."""
     if not ids or ids[-1] in marks or not result.logits or len(result.logits[0]) <= len(ids):
         return None
     import ctranslate2

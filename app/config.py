@@ -99,11 +99,13 @@ class TurnConfig:
     the 600-900 ms of a pause to think. English script only:
     tiny.en and base write Mandarin with no marks as often as with them."""
     close_p: float = 0.3
-    """Words held so commit at once where Whisper gave a closing mark at least this
-    probability at their end (`Transcript.close_p`): it nearly wrote one. On the labelled
-    set a finished sentence left unclosed kept 0.23-0.54 there, the one half sentence
-    misread as finished ("Remind me, Lord" for "Remind me to order") 0.17, halves 0.00-0.12
-    (docs/PERFORMANCE.md). 1.0: never."""
+    """Such words commit after the fixed silence (`VadConfig.silence_ms`) instead, where
+    Whisper gave a closing mark at least this probability at their end
+    (`Transcript.close_p`): it nearly wrote one, and the words cannot tell. Finished
+    sentences left unclosed kept 0.22-0.54 there, but so did halves said with a short gap
+    inside ("Why is the sky" 0.33, "Tell me the fun fact" 0.45: tiny.en on an H100),
+    where misread halves kept 0.05-0.17 ("Please", "Remind me, Lord"): not a sign of the
+    end, only that the words are unsure (docs/PERFORMANCE.md). 1.0: never."""
     model_done: float = 0.1
     """The model's end-of-message probability at or above which the turn commits at once
     (SmolLM2-135M gave finished sentences 0.0-0.7, median ~0.05; choose it for the served
@@ -342,8 +344,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--turn-cap-ms", type=positive_int, default=TurnConfig.cap_ms,
                    help="an unfinished utterance commits anyway after this much silence")
     g.add_argument("--turn-close-p", type=probability, default=TurnConfig.close_p,
-                   help="commit finished-looking words Whisper wrote with no closing mark "
-                        "at once where it gave one at least this probability (1: never)")
+                   help="finished-looking words Whisper wrote with no closing mark commit "
+                        "after the fixed silence, not --turn-unmarked-ms, where it gave one "
+                        "at least this probability (1: never)")
     g.add_argument("--turn-unmarked-ms", type=positive_int, default=TurnConfig.unmarked_ms,
                    help="words: finished-looking words the ASR closed with no '.', '?' or "
                    "'!' commit after this much silence")

@@ -10,8 +10,9 @@ and complete utterances (`python -m bench.turn_detection`, docs/PERFORMANCE.md):
   auxiliaries, "to", possessives and fillers, Mandarin connectives and structural
   particles, and a trailing comma or ellipsis (Whisper writes one where the voice went on)
   leave a sentence unfinished; finished-looking words the ASR closed with no mark are held a
-  little (`TurnConfig.unmarked_ms`) unless Whisper nearly wrote the mark
-  (`Transcript.close_p`, `TurnConfig.close_p`). Costs nothing.
+  little (`TurnConfig.unmarked_ms`); where Whisper nearly wrote the mark
+  (`Transcript.close_p`, `TurnConfig.close_p`) the words cannot tell, and the fixed
+  silence decides. Costs nothing.
 - model: the served model's probability that the user's message ends here, read as the
   prompt log-probability of its chat template's end-of-message token after the words
   (LiveKit's turn detector works this way). One short prefill on the model server.
@@ -223,8 +224,8 @@ def decide(cfg: TurnConfig, silence_ms: int, uses: set[str], text: str,
     if "words" in uses and (guessed or not closed(text)):
         if not guessed and close_p is not None:
             note = f", p(mark) {close_p:.2f}"
-            if close_p >= cfg.close_p:  # Whisper nearly closed it: finished
-                return 0, "words", "no open ending" + note
+            if close_p >= cfg.close_p:  # Whisper nearly closed it: the words cannot tell
+                return silence_ms, "fixed", "unsure: no closing mark" + note
         return cfg.unmarked_ms, "words", "no closing mark" + note
     return 0, "words", "no open ending" + note
 

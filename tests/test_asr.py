@@ -283,13 +283,13 @@ def test_a_word_whisper_adds_where_the_voice_stops_is_aligned_to_no_voice():
             (a.last_word_s[1] - a.last_word_s[0] < GUESSED_S), (b, a)
 
 
-def test_finished_words_whisper_left_unclosed_commit_and_half_sentences_wait():
+def test_finished_words_whisper_left_unclosed_wait_no_longer_than_the_fixed_silence():
     """Through the app's endpointer as a turn hears them (the labelled set): at the end of
     "My meeting with the manager was moved to Friday" tiny.en wrote no closing mark but gave
     one 0.39-0.45 where it stopped (on this project's Xeon); at the pauses of "I'm trying
     to | find a cheap flight" and "My flight has been | delayed" 0.07-0.10. The finished
-    sentence commits at once, with its mark or without; the halves wait. A transcript that
-    ends with a mark has no such probability."""
+    sentence commits no later than the fixed silence, with its mark or without; the halves
+    wait past a pause. A transcript that ends with a mark has no such probability."""
     from app.config import TurnConfig, VadConfig
     from app.endofturn import TurnDetector
     from bench.turn_detection import SET, pauses_of
@@ -306,7 +306,7 @@ def test_finished_words_whisper_left_unclosed_commit_and_half_sentences_wait():
     assert end.resume_ms is None and "friday" in whole.text.lower(), whole
     verdict = detector.judge(1, whole.text, last_word_s=whole.last_word_s,
                              close_p=whole.close_p)
-    assert verdict.hold_ms == 0, (whole, verdict)
+    assert verdict.hold_ms <= VadConfig.silence_ms, (whole, verdict)
     assert (whole.close_p is None) == whole.text.endswith((".", "?", "!")), whole
     for name in ("en_pause_07.wav", "en_pause_10.wav"):
         (first, half), *_ = readings(name)
@@ -315,3 +315,35 @@ def test_finished_words_whisper_left_unclosed_commit_and_half_sentences_wait():
         verdict = detector.judge(2, half.text, last_word_s=half.last_word_s,
                                  close_p=half.close_p)
         assert verdict.hold_ms >= TurnConfig.unmarked_ms, (name, half, verdict)
+
+
+def test_a_loops_first_copy_left_unclosed_waits_no_longer_than_the_fixed_silence(tmp_path):
+    """tiny.en in the CPU's 6 s window writes "Tell me something about whales Tell me
+    something about ..." for espeak's en-us+f3 (a voice no other test uses): the loop's
+    first copy is what was said, with no closing mark where the loop began again. It is
+    read at that step (0.34-0.41 at these start shifts on the Xeon), so the finished
+    question commits after the fixed silence, not the 1 s of an unclosed sentence (the
+    benchmark's "Tell me something about dolphins" looped so and waited the 1 s)."""
+    from app.config import CPU_SHORT_WINDOW_S, TurnConfig, VadConfig
+    from app.endofturn import TurnDetector, closed
+    from bench.turn_detection import pauses_of
+    from bench.voice_to_voice import speak
+
+    x, _ = sf.read(speak("Tell me something about whales.", "en-us+f3", tmp_path / "q.wav"),
+                   dtype="float32")
+    asr = Asr(AsrConfig(model=tiny_en_dir(), language="en", short_window_s=CPU_SHORT_WINDOW_S))
+    asr.setup()
+    detector = TurnDetector(TurnConfig("words"), VadConfig.silence_ms)
+    copies = 0
+    for shift_ms in (0, 40, 80):
+        audio = np.concatenate([np.zeros((500 + shift_ms) * 16, np.float32), x,
+                                np.zeros(RATE, np.float32)])
+        _, heard = pauses_of(audio, 128)[-1]
+        tr = asr.process(1, heard)
+        assert "whales" in tr.text.lower(), tr
+        copy = tr.last_word_s is None and not closed(tr.text)  # a loop's first copy, unclosed
+        copies += copy
+        assert not copy or tr.close_p is not None, tr
+        verdict = detector.judge(1, tr.text, last_word_s=tr.last_word_s, close_p=tr.close_p)
+        assert verdict.hold_ms <= VadConfig.silence_ms, (tr, verdict)
+    assert copies, "no loop to read: tiny.en closed every reading"
