@@ -367,6 +367,8 @@ class Turn:
         s.chat += [self._chat_user, self._chat_reply]
         s.metrics.append(self.metrics)
         self._release()  # unless it waits for the voice to go (or become a turn)
+        if s.outbox is not None and "first_sent" not in self.stamps:
+            s.outbox.hold_renders()  # the words show with the voice, not before it
         s.touch()
 
     def owns(self, message: dict) -> bool:

@@ -29,6 +29,9 @@ def audio_message(chunk: SpeechChunk) -> bytes:
 RENDER_EVERY_S = 0.2
 """At most one `render` notice per this much time: a streamed reply changes the session at
 every token, and each notice costs the page a round trip and a re-render."""
+HOLD_RENDERS_S = 1.0
+"""The longest a committed turn holds the page's renders back while its reply's first audio
+is on its way (`Outbox.hold_renders`)."""
 
 
 class Outbox:
@@ -39,6 +42,7 @@ class Outbox:
         self.queue: asyncio.Queue = asyncio.Queue()
         self._render_due: asyncio.TimerHandle | None = None
         self._rendered_at = 0.0
+        self._held_until = 0.0
 
     def changed(self) -> None:
         """The session changed: tell the page, at most once per `RENDER_EVERY_S` (the page
@@ -46,10 +50,35 @@ class Outbox:
         thread per second, docs/PERFORMANCE.md)."""
         self.loop.call_soon_threadsafe(self._schedule_render)
 
+    def hold_renders(self, at_most_s: float = HOLD_RENDERS_S) -> None:
+        """A turn was committed and its reply's first audio is on its way: no `render`
+        notice until audio goes out (`send_bytes`) or `at_most_s` has passed. The fetch and
+        re-render a notice sets off ran on the same cores as the reply's first token, piece
+        and voice on the 2-core CPU demo, and only once the end of the turn came earlier than
+        those did (docs/PERFORMANCE.md); the user's words show with the voice."""
+        self.loop.call_soon_threadsafe(self._hold, at_most_s)
+
+    def _hold(self, at_most_s: float) -> None:  # on the loop
+        self._held_until = max(self._held_until, self.loop.time() + at_most_s)
+        if self._render_due is not None:  # due sooner: it waits for the audio too
+            self._render_due.cancel()
+            self._render_due = None
+            self._schedule_render()
+
+    def _release(self) -> None:  # on the loop
+        if self._held_until <= self.loop.time():
+            return
+        self._held_until = 0.0
+        if self._render_due is not None:
+            self._render_due.cancel()
+            self._render_due = None
+            self._schedule_render()
+
     def _schedule_render(self) -> None:  # on the loop
         if self._render_due is not None:
             return  # one notice is due already; it will fetch this change too
-        wait = max(0.0, self._rendered_at + RENDER_EVERY_S - self.loop.time())
+        now = self.loop.time()
+        wait = max(0.0, self._rendered_at + RENDER_EVERY_S - now, self._held_until - now)
         self._render_due = self.loop.call_later(wait, self._render)
 
     def _render(self) -> None:  # on the loop
@@ -59,9 +88,13 @@ class Outbox:
 
     def send_bytes(self, data: bytes, on_sent=None) -> None:
         """`on_sent(t)` is called on the event loop as it writes the bytes to the socket (`t`:
-        perf_counter seconds then)."""
+        perf_counter seconds then). Reply audio: renders held for it may go."""
         item = data if on_sent is None else (data, on_sent)
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        self.loop.call_soon_threadsafe(self._put_audio, item)
+
+    def _put_audio(self, item) -> None:  # on the loop
+        self.queue.put_nowait(item)
+        self._release()
 
     def send_json(self, event: dict) -> None:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, json.dumps(event))

@@ -622,6 +622,37 @@ def test_the_page_is_told_of_changes_at_most_five_times_a_second():
     loop.close()
 
 
+def test_a_committed_turn_holds_the_pages_renders_until_its_first_audio():
+    """While a committed turn's first audio is on its way the page is not told to fetch
+    (its fetch and re-render would take the cores the reply needs): the notice goes with
+    the audio, or after `at_most_s` if none comes."""
+    from app.messages import SpeechChunk
+    from app.wire import RENDER_EVERY_S
+
+    loop = asyncio.new_event_loop()
+    session = Session("s")
+    session.outbox = Outbox(loop)
+
+    def sent(wait_s: float) -> list[str]:
+        loop.run_until_complete(asyncio.sleep(wait_s))
+        out = []
+        while not session.outbox.queue.empty():
+            item = session.outbox.queue.get_nowait()
+            out.append(json.loads(item)["type"] if isinstance(item, str) else "audio")
+        return out
+
+    session.outbox.hold_renders(at_most_s=5.0)
+    session.touch()
+    assert sent(RENDER_EVERY_S + 0.1) == []  # held: no notice while the reply is on its way
+    session.send_audio(SpeechChunk(1, 0, np.zeros(160, np.int16), 16000, "Hi.", "piper", 0.0))
+    assert sent(0.05) == ["audio", "render"]  # the words show with the voice
+    session.outbox.hold_renders(at_most_s=0.3)
+    session.touch()
+    assert sent(0.15) == []
+    assert sent(0.3) == ["render"]  # no audio came: the hold ends by itself
+    loop.close()
+
+
 class HeldAgent(ScriptedAgent):
     """A scripted agent whose turns wait for the model request's release, as the real
     chain does (app/pipeline.py), and record what the wait returned."""
