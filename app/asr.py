@@ -68,7 +68,7 @@ class Reading(NamedTuple):
     """Where the last word lies in the audio (s)."""
     close_p: float | None
     """Where the text ends with no closing mark: the decoder's probability that one came
-    next instead of the end (`Transcript.close_p`); None where it wrote one."""
+    next (`close_probability`, `Transcript.close_p`); None where it wrote one."""
 
 
 class Transcriber(Protocol):

@@ -76,9 +76,9 @@ class Transcript:
     the audio stops ("a table for it." for "a table for", the user pausing) gets no span."""
     close_p: float | None = None
     """Where Whisper ended the text with no closing mark (".", "?", "!"): the probability
-    it gave one at the end, where it chose to stop instead. High: a finished sentence it
-    nearly closed; low: the voice did not sound finished. None: it wrote one, or the
-    probability was not read."""
+    it gave one at the end, where it chose to stop instead. Low: the voice did not sound
+    finished; high: it nearly closed the words (finished ones, or a half said with a short
+    gap after it). None: it wrote one, or the probability was not read."""
 
 
 @dataclass(frozen=True)
