@@ -63,6 +63,14 @@ def test_max_sessions_is_a_count(capsys):
     assert "must be 0 or more" in capsys.readouterr().err
 
 
+def test_turn_close_p_is_a_probability(capsys):
+    assert from_args(parser().parse_args([])).turn.close_p == 0.3
+    assert from_args(parser().parse_args(["--turn-close-p", "1"])).turn.close_p == 1.0
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--turn-close-p", "30"])
+    assert "must be a probability, 0-1, not 30" in capsys.readouterr().err
+
+
 def test_anchor_flags_env_and_config_file(tmp_path, monkeypatch):
     from app.config import parse
 
