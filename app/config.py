@@ -95,8 +95,9 @@ class TurnConfig:
     after this much silence: Whisper leaves the mark out where the voice did not sound
     finished, and it misread the open ending of a half sentence so ("We can take that rain"
     for "... the train or", "Please" for "Please add the"); finished turns it leaves
-    unclosed wait too (2.6 % of the benchmarks' transcripts, `docs/PERFORMANCE.md`). Above
-    the 600-900 ms of a pause to think. English script only:
+    unclosed wait too (2.6 % of the benchmarks' transcripts, `docs/PERFORMANCE.md`), unless
+    it nearly closed them (`close_p`). Above the 600-900 ms of a pause to think. English
+    script only:
     tiny.en and base write Mandarin with no marks as often as with them."""
     close_p: float = 0.3
     """Such words commit after the fixed silence (`VadConfig.silence_ms`) instead, where
