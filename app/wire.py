@@ -60,15 +60,14 @@ class Outbox:
 
     def _hold(self, at_most_s: float) -> None:  # on the loop
         self._held_until = max(self._held_until, self.loop.time() + at_most_s)
-        if self._render_due is not None:  # due sooner: it waits for the audio too
-            self._render_due.cancel()
-            self._render_due = None
-            self._schedule_render()
+        self._reschedule()  # a notice due sooner waits for the audio too
 
     def _release(self) -> None:  # on the loop
-        if self._held_until <= self.loop.time():
-            return
-        self._held_until = 0.0
+        if self._held_until > self.loop.time():
+            self._held_until = 0.0
+            self._reschedule()  # a held notice goes now (or at its turn)
+
+    def _reschedule(self) -> None:  # on the loop
         if self._render_due is not None:
             self._render_due.cancel()
             self._render_due = None

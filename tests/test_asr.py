@@ -291,7 +291,7 @@ def test_finished_words_whisper_left_unclosed_wait_no_longer_than_the_fixed_sile
     sentence commits no later than the fixed silence, with its mark or without; the halves
     wait past a pause. A transcript that ends with a mark has no such probability."""
     from app.config import TurnConfig, VadConfig
-    from app.endofturn import TurnDetector
+    from app.endofturn import TurnDetector, closed
     from bench.turn_detection import SET, pauses_of
 
     asr = Asr(AsrConfig(model=tiny_en_dir(), language="en"))
@@ -307,7 +307,7 @@ def test_finished_words_whisper_left_unclosed_wait_no_longer_than_the_fixed_sile
     verdict = detector.judge(1, whole.text, last_word_s=whole.last_word_s,
                              close_p=whole.close_p)
     assert verdict.hold_ms <= VadConfig.silence_ms, (whole, verdict)
-    assert (whole.close_p is None) == whole.text.endswith((".", "?", "!")), whole
+    assert (whole.close_p is None) == closed(whole.text), whole
     for name in ("en_pause_07.wav", "en_pause_10.wav"):
         (first, half), *_ = readings(name)
         assert first.resume_ms is not None, (name, half)  # the voice went on after it
