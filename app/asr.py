@@ -35,7 +35,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 
 from app.config import AsrConfig
-from app.language import words
+from app.language import LATIN_CLOSERS, words
 from app.messages import RATE, Transcript
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,6 @@ UNSURE = -0.6  # mean token log-probability under which an English-only model is
 # week?": Thai 0.56-0.68; "Set a timer for ten minutes.": Japanese 0.37-0.69); live it took
 # English for Japanese in 2 of 600 benchmark turns, each costing a whole turn's words.
 SURE_LANGUAGE = 0.8
-CLOSING_MARKS = (".", "?", "!")
 
 
 class Reading(NamedTuple):
@@ -352,7 +351,7 @@ class Asr:
 
 def closing_marks(tok) -> list[int]:
     """The token ids of ".", "?" and "!" each written alone (faster-whisper `Tokenizer`)."""
-    ids = [tok.encode(mark) for mark in CLOSING_MARKS]
+    ids = [tok.encode(mark) for mark in LATIN_CLOSERS]
     return [i[0] for i in ids if len(i) == 1]
 
 

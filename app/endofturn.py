@@ -30,7 +30,7 @@ from collections.abc import Callable
 import numpy as np
 
 from app.config import Endpoint, TurnConfig
-from app.language import is_cjk
+from app.language import CLOSERS, is_cjk
 from app.llm import THINKING_OFF, ServerError, post_json
 from app.messages import EndOfTurn, Signal
 
@@ -72,7 +72,6 @@ UNFINISHED_ZH = ("和", "跟", "与", "或者", "还是", "但是", "可是", "�
                  # verbs whose clause or object is still to come ("I think that ...")
                  "觉得", "认为", "以为", "希望", "打算", "帮我", "告诉我", "让我")
 TRAILING_PUNCT = ".!?。！？,，、;；:：…\"'”’ "
-CLOSERS = (".", "?", "!", "。", "？", "！")
 # A last word Whisper aligned to less voice than this it added where the voice stopped, at a
 # pause ("a table for it." for "a table for", "... with me?", "trying to find it."): tiny.en
 # put such words at 0-80 ms (the labelled set offline; 60 ms live in the page, the AVX2

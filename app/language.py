@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import re
 
+LATIN_CLOSERS = (".", "?", "!")
+"""The marks that close a sentence in Latin script (the English-only Whisper writes no other)."""
+CLOSERS = LATIN_CLOSERS + ("。", "？", "！")
+"""The marks a finished sentence may end with, Latin and CJK."""
+
 
 def is_cjk(ch: str) -> bool:
     """A CJK character (ideographs, radicals, kana, CJK and full-width punctuation): one

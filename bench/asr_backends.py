@@ -26,6 +26,7 @@ import sys
 from app.config import ROOT
 from app.machine import AVX2_CAPS as AVX2
 from app.machine import CAPS, ct2_choice, describe, machine
+from app.metrics import percentile
 
 SETTINGS = {
     "native, 2 threads": ({}, 2), "native, 1 thread": ({}, 1),
@@ -90,7 +91,7 @@ def main() -> None:
              "against native, 2 threads |", "|---|---|---|---|---|"]
     base = med["native, 2 threads"]
     for k in SETTINGS:
-        p90 = sorted(times[k])[max(0, int(0.9 * len(times[k])) - 1)]
+        p90 = percentile(times[k], 90)
         lines.append(f"| {k} | {backend[k]} | {med[k]} | {p90:.1f} | {med[k] / base:.2f} |")
     pairs = [(f"{k[:-len(', 2 threads')]}", med[k.replace("2 threads", "1 thread")] / med[k])
              for k in SETTINGS if k.endswith("2 threads")]

@@ -216,7 +216,9 @@ def aligned_wer(questions: list[str], transcripts: list[str]) -> tuple[int, int,
                 options += [(best[i - 1][j - 1] + cost[i - 1][j - 1], lost_at[i - 1][j - 1]),
                             (best[i][j - 1] + spare[j - 1], lost_at[i][j - 1])]
             best[i][j], lost_at[i][j] = min(options)
-    end = min(range(len(transcripts) + 1), key=lambda j: best[-1][j])
+    # at equal edits, the alignment that gives more questions a turn of their own: a misread
+    # last question costs as many edits as a lost one followed by a free extra turn
+    end = min(range(len(transcripts) + 1), key=lambda j: (best[-1][j], lost_at[-1][j]))
     return int(best[-1][end]), sum(size), lost_at[-1][end]
 
 

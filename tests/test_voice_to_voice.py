@@ -4,7 +4,7 @@ setting's rounds pooled into one result (figures over every turn, WER over every
 import pytest
 
 from bench.settings import parse_settings, round_orders
-from bench.voice_to_voice import markdown, pool, summarise
+from bench.voice_to_voice import aligned_wer, markdown, pool, summarise
 
 QUESTIONS = ["What is the capital of Italy?", "Why is the sky blue?"]
 
@@ -53,3 +53,13 @@ def test_rounds_pool_into_one_result_with_each_rounds_medians_shown():
     assert "off / on: 0.90, over 2 rounds" in table
     assert "- round 1: on 1000.0, then off 900.0 ms (p50)" in table
     assert "- round 2: off 900.0, then on 1000.0 ms (p50)" in table
+
+
+def test_a_misread_last_question_still_has_its_turn():
+    # "How do airplanes fly?" read as six words costs 4 edits aligned to its turn, and 4 as a
+    # lost question whose turn is a free extra one at the end: the turn is there, not lost
+    questions = ["What is the capital of Italy?", "How do airplanes fly?"]
+    transcripts = ["What is the capital of Italy?", "How do you play this slide?",
+                   "What is the capital of Italy?"]
+    assert aligned_wer(questions, transcripts) == (4, 10, 0)
+    assert aligned_wer(questions, transcripts[:1]) == (4, 10, 1)
