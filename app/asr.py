@@ -54,6 +54,14 @@ UNSURE = -0.6  # mean token log-probability under which an English-only model is
 # week?": Thai 0.56-0.68; "Set a timer for ten minutes.": Japanese 0.37-0.69); live it took
 # English for Japanese in 2 of 600 benchmark turns, each costing a whole turn's words.
 SURE_LANGUAGE = 0.8
+# ... but on an AMD CPU's numerics (CTranslate2 on oneDNN, AVX2) the demo's 10 s window gave
+# English clips another language at up to 0.85 and a Mandarin one 0.84: no margin. In a 20 s
+# window the same readings gave English ones at most 0.75 and Mandarin ones at least 0.81
+# (0.60 / 0.82 with MKL; `python -m bench.wer.languages`, docs/PERFORMANCE.md). A language
+# other than English read under CERTAIN_LANGUAGE in a shorter window is read again in the
+# 20 s one (~300 ms more on one core: 3 of 57 Mandarin readings).
+CERTAIN_LANGUAGE = 0.95
+CONFIRM_WINDOW_S = 20.0
 
 
 class Reading(NamedTuple):
@@ -285,8 +293,15 @@ class Asr:
 
     def language(self, audio: np.ndarray, window: float | None = None) -> str:
         """The language of `audio` by the detector ("en", "zh", ...): English unless it is
-        sure of another (`SURE_LANGUAGE`)."""
+        sure of another (`SURE_LANGUAGE`); short of certain (`CERTAIN_LANGUAGE`), sure of it
+        in the 20 s window too."""
+        window = window or self.window(audio) or 30.0
         lang, p = next(iter(self.languages(audio, window).items()))
+        if lang != "en" and SURE_LANGUAGE <= p < CERTAIN_LANGUAGE and window < CONFIRM_WINDOW_S:
+            first = f"{lang} {p:.2f}"
+            lang, p = next(iter(self.languages(audio, CONFIRM_WINDOW_S).items()))
+            log.info("language: %s in the %.0f s window, %s %.2f in the %.0f s one", first,
+                     window, lang, p, CONFIRM_WINDOW_S)
         return lang if p >= SURE_LANGUAGE else "en"
 
     def _generate(self, model, encoded, count: int, lang: str, lengths: list[float],

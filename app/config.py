@@ -99,14 +99,16 @@ class TurnConfig:
     it nearly closed them (`close_p`). Above the 600-900 ms of a pause to think. English
     script only:
     tiny.en and base write Mandarin with no marks as often as with them."""
-    close_p: float = 0.3
+    close_p: float = 0.25
     """Such words commit after the fixed silence (`VadConfig.silence_ms`) instead, where
     Whisper gave a closing mark at least this probability at their end
     (`Transcript.close_p`): it nearly wrote one, and the words cannot tell. Finished
     sentences left unclosed kept 0.22-0.54 there, but so did halves said with a short gap
     inside ("Why is the sky" 0.33, "Tell me the fun fact" 0.45: tiny.en on an H100),
-    where misread halves kept 0.05-0.17 ("Please", "Remind me, Lord"): not a sign of the
-    end, only that the words are unsure (docs/PERFORMANCE.md). 1.0: never."""
+    where misread halves kept 0.05-0.23 ("Please", "Remind me, Lord"): not a sign of the
+    end, only that the words are unsure (docs/PERFORMANCE.md). A loop's first copy of a
+    finished question read 0.25-0.31 at some start shifts (an AMD CPU's numerics lower
+    than Intel's by up to 0.05): 0.3 held those 1 s. 1.0: never."""
     model_done: float = 0.1
     """The model's end-of-message probability at or above which the turn commits at once
     (SmolLM2-135M gave finished sentences 0.0-0.7, median ~0.05; choose it for the served

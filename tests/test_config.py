@@ -1,6 +1,6 @@
 import pytest
 
-from app.config import CPU_SHORT_WINDOW_S, from_args, parser
+from app.config import CPU_SHORT_WINDOW_S, TurnConfig, from_args, parser
 
 
 def test_defaults_bind_loopback():
@@ -64,7 +64,7 @@ def test_max_sessions_is_a_count(capsys):
 
 
 def test_turn_close_p_is_a_probability(capsys):
-    assert from_args(parser().parse_args([])).turn.close_p == 0.3
+    assert from_args(parser().parse_args([])).turn.close_p == TurnConfig.close_p == 0.25
     assert from_args(parser().parse_args(["--turn-close-p", "1"])).turn.close_p == 1.0
     with pytest.raises(SystemExit):
         parser().parse_args(["--turn-close-p", "30"])
