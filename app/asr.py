@@ -270,6 +270,11 @@ class Asr:
         return sorted(w for w in {self.cfg.short_window_s, self.cfg.window_s}
                       if w and longest <= min(w, 30.0) - 1.0)
 
+    def detect_window(self, audio: np.ndarray) -> float:
+        """The window the detector reads `audio` in: the longest that holds it (a shorter
+        one misled it more: Japanese at 0.97 for an English clip in the CPU's 6 s window)."""
+        return max(self.windows(audio), default=30.0)
+
     def window(self, *clips: np.ndarray) -> float | None:
         """The window the encoder reads for `clips` (one shape for a batch)."""
         return next(iter(self.windows(*clips)), None)
@@ -287,15 +292,16 @@ class Asr:
 
     def languages(self, audio: np.ndarray, window: float | None = None) -> dict[str, float]:
         """The multilingual detector's probability of each language for `audio`, highest
-        first ({"en": 0.93, "la": 0.02, ...})."""
-        encoded = self._encode(self.detector, [audio], window or self.window(audio) or 30.0)
+        first ({"en": 0.93, "la": 0.02, ...}), in `window` (default: the one `_transcribe`
+        asks it in, the longest that holds the clip short of Whisper's 30 s)."""
+        encoded = self._encode(self.detector, [audio], window or self.detect_window(audio))
         return {tok[2:-2]: p for tok, p in self.detector.model.detect_language(encoded)[0]}
 
     def language(self, audio: np.ndarray, window: float | None = None) -> str:
         """The language of `audio` by the detector ("en", "zh", ...): English unless it is
         sure of another (`SURE_LANGUAGE`); short of certain (`CERTAIN_LANGUAGE`), sure of it
         in the 20 s window too."""
-        window = window or self.window(audio) or 30.0
+        window = window or self.detect_window(audio)
         lang, p = next(iter(self.languages(audio, window).items()))
         if lang != "en" and SURE_LANGUAGE <= p < CERTAIN_LANGUAGE and window < CONFIRM_WINDOW_S:
             first = f"{lang} {p:.2f}"
