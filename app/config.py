@@ -107,7 +107,7 @@ class TurnConfig:
     inside ("Why is the sky" 0.33, "Tell me the fun fact" 0.45: tiny.en on an H100),
     where misread halves kept 0.05-0.23 ("Please", "Remind me, Lord"): not a sign of the
     end, only that the words are unsure (docs/PERFORMANCE.md). A loop's first copy of a
-    finished question read 0.25-0.31 at some start shifts (an AMD CPU's numerics lower
+    finished question read 0.25-0.30 at some start shifts (an AMD CPU's numerics lower
     than Intel's by up to 0.05): 0.3 held those 1 s. 1.0: never."""
     model_done: float = 0.1
     """The model's end-of-message probability at or above which the turn commits at once
