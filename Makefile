@@ -4,8 +4,7 @@ APP := .venv/bin/python
 VLLM := .venv-vllm/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The installs go side by side (make's own jobs): the three environments, the models and the
-# system packages are separate downloads and unpacks. From a fresh clone on the 2-core AVX2
-# EPYC: 474 s one after another, 313-364 s side by side (docs/PERFORMANCE.md, "The installs").
+# system packages are separate downloads and unpacks, faster together (docs/log/).
 MAKEFLAGS += --jobs=3
 
 .PHONY: demo test setup build-env models system lint bench

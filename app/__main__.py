@@ -69,7 +69,7 @@ def apply_demo_preset(args: argparse.Namespace) -> None:
     if args.asr_threads is None and args.asr_device == "cpu":
         args.asr_threads = DEMO_ASR_THREADS
     if args.asr_model == AsrConfig.model and args.language in (None, "auto", "en"):
-        # English-only tiny.en transcribes (0.28x the time of base on a 10 s window);
+        # English-only tiny.en transcribes (several times faster than base, docs/PERFORMANCE.md);
         # base tells the language, so Mandarin speech gets the notice, not a wrong reply
         args.asr_model = tiny_en_dir()
         if args.language != "en" and not args.asr_detect_model:

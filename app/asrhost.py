@@ -1,13 +1,14 @@
 """One ASR for all the workers of a host (`python -m app --workers N`).
 
-Each worker loading its own Whisper made N copies of the model, N batches where one would do,
-and, on a GPU, N more CUDA contexts taking turns on the card with the model server's: the
-server's own first-token time grew several-fold with four workers while the GPU stayed
-mostly idle (docs/PERFORMANCE.md, "H200: 32 conversations"). So the parent process, which
-starts the workers, keeps the one `Asr` and serves it on a Unix socket in its private
-folder (`multiprocessing.connection`, with a key the workers inherit in their environment);
-a worker's `RemoteAsr` sends each request there. Requests of every worker's conversations
-then wait in one queue and are decoded together (`Asr`'s batching).
+Each worker loading its own Whisper would make N copies of the model, N batches where one
+would do, and, on a GPU, N more CUDA contexts taking turns on the card with the model
+server's: the server's own first-token time grows several-fold with four workers while the
+GPU stays mostly idle (measured in docs/PERFORMANCE.md, many conversations on one GPU).
+So the parent process, which starts the workers, keeps the one `Asr` and serves it on a
+Unix socket in its private folder (`multiprocessing.connection`, with a key the workers
+inherit in their environment); a worker's `RemoteAsr` sends each request there. Requests
+of every worker's conversations then wait in one queue and are decoded together (`Asr`'s
+batching).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """A client of the app's audio channel that does what the page does, for hosts without a
-browser (a GPU server) and for tests: it asks for a session, streams 20 ms microphone
-frames stamped with its own clock, receives the reply's audio, and reports when each
-reply became "audible" (the moment its first chunk arrived: no speaker here) and when it
-ended. The app then measures and records the turn exactly as for the page
+browser (a GPU server) and for tests: it asks for a session, streams microphone frames
+(`FRAME_MS` each) stamped with its own clock, receives the reply's audio, and reports when
+each reply became "audible" (the moment its first chunk arrived: no speaker here) and when
+it ended. The app then measures and records the turn exactly as for the page
 (`/agent/export`).
 
     with VoiceClient("http://127.0.0.1:7860/", auth=("me", "pw")) as client:
@@ -171,12 +171,12 @@ class VoiceClient:
     def say(self, speech16k: np.ndarray, timeout_s: float = 90.0,
             over: np.ndarray | None = None) -> Reply:
         """Speak at the microphone's pace, then go on sending silence (as a microphone does:
-        a hold for open words needs up to 2 s of it) until the reply's end; return the reply.
-        Between frames, spoken or silent, the client waits on the socket, so a reply chunk
-        is taken the moment it arrives, as the page's player takes it: also while the
-        clip's own trailing sound is still being sent (read only after it, a reply ready
-        early looked 100-250 ms late). `over`: words said over the reply once its first
-        audio came (a barge-in); the replies then play at their own pace, as from a
+        a hold for open words needs up to `TurnConfig.cap_ms` of it) until the reply's end;
+        return the reply. Between frames, spoken or silent, the client waits on the
+        socket, so a reply chunk is taken the moment it arrives, as the page's player takes
+        it: also while the clip's own trailing sound is still being sent (read only after
+        it, a reply ready early would look late). `over`: words said over the reply once its
+        first audio came (a barge-in); the replies then play at their own pace, as from a
         speaker (the player reports "done" when a reply's audio would have played out, not
         when its last chunk came), the reply returned is the one to those words, and
         `Reply.stopped` names the turn they stopped."""
@@ -197,8 +197,8 @@ class VoiceClient:
                 return reply
             if over is not None and reply.first_audio_ms is not None and k >= len(spoken):
                 # from this frame on: the silence sent since the clip ended stays in its
-                # place (the over clip's first frames were lost under it, as many as the
-                # reply took: on a slow box all of it)
+                # place (else the over clip's first frames are lost under it, as many as
+                # the reply took: on a slow box all of it)
                 spoken = spoken + [quiet] * (k - len(spoken)) + self._frames(over)
                 over = None
             self._send_frame(due, spoken[k] if k < len(spoken) else quiet)

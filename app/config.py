@@ -26,7 +26,7 @@ class Endpoint:
 @dataclass
 class VadConfig:
     threshold: float = 0.5
-    """Silero speech probability above which a 32 ms frame counts as speech."""
+    """Silero speech probability above which a VAD frame counts as speech."""
     silence_ms: int = 400
     """Trailing silence that ends an utterance."""
     min_speech_ms: int = 250
@@ -35,18 +35,17 @@ class VadConfig:
     """Trailing silence after which the turn starts speculatively (ASR, model and TTS run;
     the audio is held until the end of the turn is decided, and dropped if the user goes
     on). 0 turns speculation off. With ASR on a GPU the default is `GPU_EAGER_MS`. On the
-    CPU 64 against 128 ended finished questions 60 ms sooner (p50 219 against 279 ms after
-    the last voiced frame, AVX2 paths forced; 205 against 269 native) at no cost at the ear
-    (1.01x and 0.92x) and none in WER, which the start does not move
+    CPU this default, against twice it, ends finished questions sooner after the last voiced
+    frame at no cost at the ear and none in WER, which the start does not move
     (`python -m bench.wer.endpointer_cut`; docs/PERFORMANCE.md)."""
     model_after_ms: int = 128
     """Trailing silence after which a speculative turn sends its model request (at or
     below `eager_ms`: as soon as its transcript is known), so that a short gap between
     words costs ASR only. With ASR on a GPU the default is `GPU_MODEL_AFTER_MS`. Many
-    callers on one GPU: 96 took voice-to-voice p50 from 426-913 to 361-452 ms at 32
-    conversations on one H200, and added ~70 ms for one (docs/PERFORMANCE.md, "H200: the
-    model request after a longer silence"). On the CPU a decode takes longer than 64 ms, so
-    a request after a whole word goes with its transcript as before."""
+    callers on one GPU: a later request lowers voice-to-voice p50 at many conversations and
+    raises it for one (docs/PERFORMANCE.md, "the model request after a longer silence"). On
+    the CPU a decode takes longer than `eager_ms`, so a request after a whole word goes with
+    its transcript all the same."""
     barge_in_ms: int = 500
     """While the agent speaks, each this much of the user's speech pauses the reply and
     checks the words (app/conversation.py): a command ("wait", "stop") interrupts at once,
@@ -58,13 +57,13 @@ class VadConfig:
 
 GPU_EAGER_MS = 32
 """The speculative start with ASR on a GPU: one silent VAD frame. A start there costs a
-~15 ms decode on the GPU (and a short request if the silence outlasts it); on the CPU a
-decode takes a core for 80-150 ms, so a start at every gap between words would cost the
-turns that follow. With it, and the stages' other changes, the GPU voice-to-voice p50
-went 375 -> 202 ms (docs/PERFORMANCE.md, "GPU: the chain around the model")."""
+short decode on the GPU (and a short request if the silence outlasts it); on the CPU a
+decode takes a core for far longer, so a start at every gap between words would cost the
+turns that follow. With it, and the stages' other changes, the GPU voice-to-voice p50 is
+far lower (docs/PERFORMANCE.md, "GPU: the chain around the model")."""
 GPU_MODEL_AFTER_MS = 0
-"""With ASR on a GPU the model request goes with the transcript: waiting cost one
-conversation ~70 ms on an H200 (`VadConfig.model_after_ms`)."""
+"""With ASR on a GPU the model request goes with the transcript: waiting only delays a lone
+conversation (`VadConfig.model_after_ms`)."""
 
 
 def eager_ms(args: argparse.Namespace) -> int:
@@ -95,20 +94,19 @@ class TurnConfig:
     after this much silence: Whisper leaves the mark out where the voice did not sound
     finished, and it misread the open ending of a half sentence so ("We can take that rain"
     for "... the train or", "Please" for "Please add the"); finished turns it leaves
-    unclosed wait too (2.6 % of the benchmarks' transcripts, `docs/PERFORMANCE.md`), unless
-    it nearly closed them (`close_p`). Above the 600-900 ms of a pause to think. English
-    script only:
+    unclosed wait too (a few of the benchmarks' transcripts, `docs/PERFORMANCE.md`), unless
+    it nearly closed them (`close_p`). Longer than a pause to think. English script only:
     tiny.en and base write Mandarin with no marks as often as with them."""
     close_p: float = 0.25
     """Such words commit after the fixed silence (`VadConfig.silence_ms`) instead, where
     Whisper gave a closing mark at least this probability at their end
     (`Transcript.close_p`): it nearly wrote one, and the words cannot tell. Finished
     sentences left unclosed kept 0.22-0.54 there, but so did halves said with a short gap
-    inside ("Why is the sky" 0.33, "Tell me the fun fact" 0.45: tiny.en on an H100),
+    inside ("Why is the sky" 0.33, "Tell me the fun fact" 0.45: tiny.en on a GPU),
     where misread halves kept 0.05-0.23 ("Please", "Remind me, Lord"): not a sign of the
     end, only that the words are unsure (docs/PERFORMANCE.md). A loop's first copy of a
-    finished question read 0.25-0.30 at some start shifts (an AMD CPU's numerics lower
-    than Intel's by up to 0.05): 0.3 held those 1 s. 1.0: never."""
+    finished question read 0.25-0.30 at some start shifts (CTranslate2 on oneDNN reads
+    lower than on MKL by up to 0.05): at 0.3 those would wait `unmarked_ms`. 1.0: never."""
     model_done: float = 0.1
     """The model's end-of-message probability at or above which the turn commits at once
     (SmolLM2-135M gave finished sentences 0.0-0.7, median ~0.05; choose it for the served
@@ -153,10 +151,9 @@ class AsrConfig:
     compute_type: str = "int8"
     """int8 on the CPU, float16 on the GPU (`--asr-device`)."""
     beam_size: int = 1
-    """Beam search width (`--asr-beam`). On the demo's tiny.en, 3 gave WER 0.039 against
-    greedy's 0.060 on the benchmark's clips offline (`python -m bench.wer.beam`), but in the
-    live voice-to-voice run 0.101 against 0.087, 1.09x slower with the AVX2 paths forced
-    (ASR 143 against 100 ms; docs/PERFORMANCE.md): greedy stays."""
+    """Beam search width (`--asr-beam`). On the demo's tiny.en, a beam of 3 lowers WER on the
+    benchmark's clips offline (`python -m bench.wer.beam`), but raises it in the live
+    voice-to-voice run, and is slower there (docs/PERFORMANCE.md): greedy stays."""
     cpu_threads: int = 0
     """CTranslate2 threads (`--asr-threads`); 0: one per core of `cpus`."""
     cpus: tuple[int, ...] = ()
@@ -165,16 +162,16 @@ class AsrConfig:
     """Multilingual CTranslate2 dir that detects the language when `model` is English-only
     and the language is "auto"; speech in another language is transcribed by it."""
     window_s: float = 10.0
-    """Audio window the encoder reads for a short utterance (Whisper's own: 30 s; longer
-    utterances take it); `python -m bench.asr` compares the two (docs/PERFORMANCE.md)."""
+    """Audio window the encoder reads for a short utterance (Whisper's own is longer;
+    longer utterances take it); `python -m bench.asr` compares the two (docs/PERFORMANCE.md)."""
     short_window_s: float = 0.0
-    """A shorter window for an utterance at least 1 s shorter than it (0: off, the 10 s one
-    for all); the app's default on the CPU is `CPU_SHORT_WINDOW_S`. The encoder's cost
+    """A shorter window for an utterance at least a second shorter than it (0: off,
+    `window_s` for all); the app's default on the CPU is `CPU_SHORT_WINDOW_S`. The encoder's cost
     follows the window. A transcript that loops there keeps its first copy when the clip
-    could not hold the rest (`app.asr.first_copy`), so few are read again: on the slow
-    AVX2 EPYC, 40 questions and sentences as the page's microphone and the endpointer give
-    them, 6 s took 357 -> 210 ms a clip (p50; p90 388 -> 274), WER 0.031 -> 0.026, 4 of 40
-    read again in 10 s (`python -m bench.wer.windows 6 5 4`, docs/PERFORMANCE.md)."""
+    could not hold the rest (`app.asr.first_copy`), so few are read again: on the CPU, for
+    questions and sentences as the page's microphone and the endpointer give them, a clip
+    is faster and no worse in WER (`python -m bench.wer.windows 6 5 4`,
+    docs/PERFORMANCE.md)."""
     batch: int = 16
     """At most this many waiting requests (other conversations' turns) decoded together."""
     host: str = ""
@@ -215,13 +212,13 @@ class TtsConfig:
     first_piece_words: int = 2
     """The reply's first piece ends after this many words when no clause or sentence break
     comes sooner; later phrases grow by half from it (`app.chunking.SentenceChunker`).
-    Two against three: the first audio at the ear 0.90x on the slow 2-core EPYC (a token
-    fewer to wait for, a shorter clip to make), 0.97x on an H100 (docs/PERFORMANCE.md)."""
+    Two against three: the first audio comes sooner at the ear, on the CPU and on a GPU (a
+    token fewer to wait for, a shorter clip to make; docs/PERFORMANCE.md)."""
     stand_in: bool = False
     """A dry run's voice reads a real reply instead of the dummy weights' random tokens of
-    mixed scripts (piper took 103-120 ms on those on the H200 host, 19-46 ms on real short
-    clauses): each streamed token becomes the next word of a fixed reply, so the pieces are
-    cut, and spoken, as a real reply's would be, in the model's timing (`StandIn` in
+    mixed scripts (piper takes several times longer on those than on real short clauses):
+    each streamed token becomes the next word of a fixed reply, so the pieces are cut, and
+    spoken, as a real reply's would be, in the model's timing (`StandIn` in
     app/pipeline.py). The chat keeps the model's text; the page says so."""
 
 

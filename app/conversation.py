@@ -140,14 +140,14 @@ MIC_STOP = "mic_stop"
 VOICE_GONE_MS = 300
 """After a commit, a voice back for less than an utterance lets the held reply go once it
 has been quiet this long (a click, a cough): longer than the gaps between a sentence's
-words. With 128 on the H200, replies to half questions went out at such gaps and played
+words. Any shorter, and on a GPU replies to half questions go out at such gaps and play
 over the rest of the question (docs/PERFORMANCE.md)."""
 UNHEARD_START_MS = 128
 """Voice that starts an utterance after a commit while none of the reply has gone out: a
 short word said on is the user going on. In the labelled set "and" in "… the beach and" is
-8 voiced frames (256 ms, `VadConfig.min_speech_ms` is 250); in a make test run it started
-no utterance (fewer frames heard, or some before the commit), and the reply, released at
-`VOICE_GONE_MS`, was heard in the pause after it."""
+barely longer than `VadConfig.min_speech_ms`; live it can start no utterance (fewer frames
+heard, or some before the commit), and the reply, released at `VOICE_GONE_MS`, is then
+heard in the pause after it."""
 TICK = "tick"
 TICK_S = 0.1
 CLOSED = "closed"
@@ -165,7 +165,7 @@ class Listener:
         """`decode`: a socket's microphone messages (`MicBytes`) into frames, here, so the
         event loop only moves bytes; one it refuses is answered with an error message."""
         self.session, self._handle, self._decode = session, handle, decode
-        self.items: queue.Queue = queue.Queue(maxsize=1000)  # 20 s of frames
+        self.items: queue.Queue = queue.Queue(maxsize=1000)  # many seconds of frames
         self.thread = threading.Thread(target=self._run, daemon=True,
                                        name=f"turns-{session.sid[:8]}")
         self.thread.start()
@@ -474,10 +474,10 @@ class Conversation:
                 f.utterance = "resumed"  # more speech in this utterance is checked afresh
             else:
                 # words or a guess wait for the utterance's end: a pause comes after
-                # `eager_ms` of silence, shorter than a gap between words ("What is the |
-                # capital of France" resumed the reply at its gap: it played out under
-                # the question, CI's log). If the voice went on over the silent reply,
-                # the words decide now.
+                # `eager_ms` of silence, shorter than a gap between words (else "What is
+                # the | capital of France" resumes the reply at its gap, and it plays out
+                # under the question). If the voice went on over the silent reply, the
+                # words decide now.
                 self._went_on(session, event)
         elif event.kind == "speech_long":
             if f.utterance == "pending" and not self._after_silence(session, event):
@@ -488,8 +488,8 @@ class Conversation:
     def _began_under_the_reply(f: Floor, event: VadEvent) -> bool:
         """Whether an utterance whose start is confirmed only now began while the last reply
         was still playing: the echo of its last words. Its `speech_start` needs some voiced
-        frames, so it can come after the page's "done" (CI: 2 of 10 echo runs made a turn
-        of the echoed last word, "Fire.")."""
+        frames, so it can come after the page's "done" (else the echo of a last word,
+        "Fire.", can make a turn of its own)."""
         ended = f.reply_ended_ms
         return event.kind == "speech_start" and f.utterance is None and ended is not None \
             and event.last_voiced_ms - event.speech_ms < ended
@@ -521,8 +521,9 @@ class Conversation:
         at the utterance's second `speech_long` can come before the reply's silence is
         reported, so the rest of a question said over it is decided here. At its end no
         more voice can come, so voice beyond the echo's tail (`ECHO_TAIL_MS`) is checked:
-        "was moved to Friday", said on over a reply, was misread at its first 512 ms, went
-        on 483 ms over the silence and was lost when the reply resumed (make test)."""
+        "was moved to Friday", said on over a reply, can be misread at its first
+        `barge_in_ms`, go on for less than that over the silence, and be lost when the
+        reply resumes."""
         f = self.floor(session)
         after = ECHO_TAIL_MS if event.kind == "end" else None
         if f.heard not in ("words", "noise") \
@@ -542,7 +543,7 @@ class Conversation:
         """Whether the utterance's voice went on for `after_ms` (`barge_in_ms`: as long
         again as the speech that paused it) after the paused reply fell silent: the user's,
         not the reply's echo (with the reply fed back into the page's microphone, an echo's
-        last voiced frame came over 200 ms after the page reported silence)."""
+        last voiced frame can come well after the page reports silence)."""
         silent = self.floor(session).paused_silent_ms
         after = self.agent.cfg.vad.barge_in_ms if after_ms is None else after_ms
         return silent is not None and event.last_voiced_ms >= silent + after
@@ -703,7 +704,7 @@ class Conversation:
         f = self.floor(session)
         turn = f.turns.get(report.turn_id)
         log.info("turn %s: the player reports %s at %.0f ms", report.turn_id, report.kind,
-                 report.t_ms)  # with the utterances' starts, a CI failure's order of events
+                 report.t_ms)  # with the utterances' starts, a failed test's order of events
         if report.kind == "audible" and (turn is None or not turn.cancel.is_set()):
             # a reply already told to stop (the user went on) whose audio was on its way is
             # no agent speaking: speech then is the user's, not speech over the agent

@@ -16,7 +16,8 @@ and complete utterances (`python -m bench.turn_detection`, docs/PERFORMANCE.md):
 - model: the served model's probability that the user's message ends here, read as the
   prompt log-probability of its chat template's end-of-message token after the words
   (LiveKit's turn detector works this way). One short prefill on the model server.
-- audio: Smart Turn v3.2's P(complete) from the voice (app/smartturn.py), ~100 ms of CPU.
+- audio: Smart Turn v3.2's P(complete) from the voice (app/smartturn.py), a short inference
+  on the CPU.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 
 # English words after which a sentence cannot end (function words that need what follows).
 # Not "you": it is an object as often as a subject, and ends "Who are you?", "Thank you",
-# "See you" (bench.capacity's callers were held 2 s after "Hello, who are you?").
+# "See you" (with it, bench.capacity's "Hello, who are you?" waits the whole cap).
 UNFINISHED_EN = frozenset("""
 a an the my your his her its our their this that these those some any every each no
 of to for with from at by in into onto on about as than like over under after before
@@ -74,9 +75,8 @@ UNFINISHED_ZH = ("和", "跟", "与", "或者", "还是", "但是", "可是", "�
 TRAILING_PUNCT = ".!?。！？,，、;；:：…\"'”’ "
 # A last word Whisper aligned to less voice than this it added where the voice stopped, at a
 # pause ("a table for it." for "a table for", "... with me?", "trying to find it."): tiny.en
-# put such words at 0-80 ms (the labelled set offline; 60 ms live in the page, the AVX2
-# paths, 2026-12-05); every word said lay over 100 ms or more (the shortest: "cheap" 100,
-# "the" 120; finished questions' last words 200 or more).
+# gives such words less voice than any word really said, on the labelled set offline and
+# live in the page; this lies between the two (docs/PERFORMANCE.md).
 GUESSED_S = 0.09
 CLOSING_QUOTES = "\"'”’)] "
 OPEN_ENDING = re.compile(r"(\.\.\.|…|,|，|、|-|—)\s*$")

@@ -8,7 +8,7 @@ Only the first may cut the reply. The words come from the same ASR as the turns.
 
 Words alone cannot tell a hum from a remark: Whisper tiny.en reads a synthetic "Mhm." as
 "and may come" (-0.95), "and make CHEM" (-0.5), "in a month" or "MHM" depending on the
-take and on the CPU's instruction set (measured, CTranslate2 AVX512 vs AVX2). So
+take and on the CPU's instruction set (measured with CTranslate2's paths for two). So
 `app/conversation.py` pauses the reply and lets a command word ("stop", "wait") interrupt
 at once, any other words only if the user keeps talking over the paused reply: a hum, a
 cough and the agent's own echo (it stops with the reply) do not.
@@ -58,9 +58,9 @@ def verdict(heard: str, agent_text: str, score: float = 0.0, went_on: bool = Fal
     if any(x in COMMANDS for x in w) and not echo:
         return "command"  # read even when unsure: "wait stop" came back at -1.24
     if score < MIN_SCORE and not (went_on and len(w) >= 2):
-        # a guess at a sound. Not so the user talking on over the silent reply (a make
-        # test run: the rest of a sentence said over the reply, read "Okay, that's good."
-        # at -1.38, was taken for a noise and lost)
+        # a guess at a sound. Not so the user talking on over the silent reply (else the
+        # rest of a sentence said over the reply, read "Okay, that's good." with a low
+        # score, is taken for a noise and lost)
         return "noise"
     if all(x in BACKCHANNELS for x in w) or len(letters) <= 3 or set(letters) <= HUM:
         return "backchannel"

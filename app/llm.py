@@ -40,9 +40,9 @@ class StreamStats:
 
 
 def client_for(endpoint: Endpoint, timeout_s: float):  # openai.OpenAI
-    """One client per server, kept: making one (its HTTP pool, its TLS context) took 53-97
-    ms on the 2-core box and ~30 ms on the H200 host, and each turn paid it between the
-    request being ready and sent (docs/PERFORMANCE.md); a kept one also keeps its
+    """One client per server, kept: making one (its HTTP pool, its TLS context) is not
+    free, and a client made per turn pays for it between the request being ready and sent
+    (docs/PERFORMANCE.md); a kept one also keeps its
     connection open. httpx's client is safe to share between threads."""
     return _client(endpoint.base_url, endpoint.api_key or "EMPTY", timeout_s)
 

@@ -118,7 +118,7 @@ def isa_in_effect(env: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def describe(m: dict) -> str:
-    """One line for a table's caption: "AMD EPYC, 2 cores, avx2 fma"."""
+    """One line for a table's caption: "<CPU model>, 2 cores, avx2 fma"."""
     caps = ", ".join(f"{k}={v}" for k, v in m["isa_caps"].items())
     gpu = f" + {len(m['gpus'])}x {m['gpus'][0]}" if m.get("gpus") else ""
     return f"{m['cpu']}, {m['cores']} cores, {' '.join(m['isa']) or 'no AVX2'}" + \

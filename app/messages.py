@@ -31,7 +31,8 @@ class MicBytes:
 
 @dataclass(frozen=True)
 class MicFrame:
-    """At most 40 ms of microphone audio, resampled to 16 kHz mono float32."""
+    """One microphone frame (no longer than app/transport.py takes), resampled to 16 kHz mono
+    float32."""
 
     seq: int
     pcm: np.ndarray = field(repr=False)

@@ -100,10 +100,10 @@ class Agent:
         cache cannot have it: the persona at start (else the first turn computes it), and,
         once a turn is over, the session's history as the next prompt will have it. The
         cache holds only the blocks of what was prompted, never the reply as the history
-        renders it: without this, each turn's prompt computed the last reply and question
-        again (on the slow AVX2 EPYC, 67 of 163 tokens, TTFT 672 ms), and a turn that moves
-        the history window's start shared only the persona with the one before (on the
-        2-core box TTFT ~0.9-1.2 s instead of ~0.3; docs/PERFORMANCE.md). Each server of
+        renders it: without this, each turn's prompt computes the last reply and question
+        again (a large share of its tokens, and of TTFT), and a turn that moves the history
+        window's start shares only the persona with the one before (several times the TTFT
+        on the CPU; docs/PERFORMANCE.md). Each server of
         the A/B that caches prefixes. The messages end with an empty user message, rendered
         without the assistant's opening: the text is the next prompt's up to the user's
         words (and a template that marks the last reply, or wants a user message, renders

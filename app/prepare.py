@@ -150,7 +150,7 @@ def torchvision_without_ops() -> None:
 
     Why an installed file is edited (the one place this project does so): no other way was
     found. PyPI has no CPU build of torchvision (those live on download.pytorch.org, out of
-    this project's registries: checked 0.28.0-0.29.1 on 2026-12-01); without torchvision
+    this project's registries); without torchvision
     vLLM's Qwen3.5 module does not import; an import hook would patch the same code at run
     time in every vLLM process, less visibly. The edit is idempotent and printed.
     """

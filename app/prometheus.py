@@ -33,9 +33,9 @@ STAGE_FIGURES = {
 """TurnMetrics field (its docstring says from which event to which) -> the `stage` label."""
 BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8,
              1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0)
-"""Voice latencies: 50 ms steps where a turn's stages and an H200's voice-to-voice fall
-(docs/PERFORMANCE.md), 10 and 25 ms for the transport and the player's silence, up to 5 s
-for a CPU's voice-to-voice."""
+"""Voice latencies: even steps where a turn's stages and a GPU's voice-to-voice fall
+(docs/PERFORMANCE.md), finer ones below for the transport and the player's silence, up to
+the seconds of a CPU's voice-to-voice."""
 
 
 class AppMetrics:

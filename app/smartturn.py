@@ -2,11 +2,11 @@
 
 Input: the user's utterance so far, 16 kHz mono float32, ending where they paused. Output:
 the probability that the turn is complete, read from intonation and the sound of the last
-words rather than from the transcript. Only the last 8 s count: longer audio keeps its end,
+words rather than from the transcript. Only the last `WINDOW` counts: longer audio keeps its end,
 shorter audio gets silence in front, as Pipecat feeds the model (its
 `LocalSmartTurnAnalyzerV3` in pipecat-ai 1.14.0, which `features` reproduces).
 
-The model: a Whisper-tiny encoder with a classifier and a sigmoid, int8 ONNX, 8.7 MB,
+The model: a Whisper-tiny encoder with a classifier and a sigmoid, a small int8 ONNX file,
 BSD-2-Clause (Daily / Pipecat). `python -m app.prepare smartturn` takes the file out of the
 pipecat-ai wheel on PyPI, without installing pipecat, into models/smart-turn-v3.2/ with its
 LICENSE.
@@ -23,7 +23,7 @@ import numpy as np
 from app.config import MODELS
 from app.messages import RATE
 
-WINDOW = 8 * RATE  # the model's 8 s: 800 frames of 10 ms
+WINDOW = 8 * RATE  # the model's window: 800 of Whisper's mel frames
 MODEL_PATH = MODELS / "smart-turn-v3.2" / "smart-turn-v3.2-cpu.onnx"
 
 
@@ -35,13 +35,13 @@ def _mel() -> Any:  # faster_whisper's FeatureExtractor, imported lazily
 
 
 def features(audio: np.ndarray) -> np.ndarray:
-    """The model's input, shape (1, 80, 800): Whisper log-mel of the last 8 s.
+    """The model's input, shape (1, 80, 800): Whisper log-mel of the last `WINDOW`.
 
     As transformers' WhisperFeatureExtractor with `do_normalize=True` computes it (pipecat
-    vendors that code in numpy): the whole 8 s window, its padding included, is scaled to
+    vendors that code in numpy): the whole window, its padding included, is scaled to
     zero mean and unit variance before the spectrogram. faster-whisper's extractor has the
     same mel math without that step, so it is done here; `padding=0` because the window is
-    already exactly 8 s (the extractor drops the last STFT frame: 800 frames remain).
+    already exactly `WINDOW` samples (the extractor drops the last STFT frame: 800 frames remain).
     """
     x = np.asarray(audio, dtype=np.float32).reshape(-1)[-WINDOW:]
     x = np.pad(x, (WINDOW - len(x), 0))

@@ -50,8 +50,8 @@ class FrameDecoder:
         import soxr
 
         if self._resampler is None or rate != self._rate:
-            # LQ: 6 ms of filter delay at 48 kHz (HQ 21 ms, VHQ 38 ms), and a 12 kHz tone
-            # still comes out at -133 dB (measured: tests/test_audio.py)
+            # LQ: the shortest filter delay of soxr's qualities, and a 12 kHz tone still
+            # comes out far below hearing (measured: tests/test_audio.py)
             self._resampler = soxr.ResampleStream(rate, RATE, 1, dtype="float32",
                                                   quality="LQ")
             self._rate = rate
@@ -87,8 +87,8 @@ async def serve_socket(ws, session: Session, conversation) -> None:
             if isinstance(item, tuple):  # bytes whose sender waits to hear they went
                 data, on_sent = item
                 # stamped as the write begins: once the bytes are out the page may have
-                # them before this coroutine runs again (a busy box: 5 ms after the
-                # client's receipt, a test's run)
+                # them before this coroutine runs again (on a busy box, after the
+                # client's receipt)
                 on_sent(time.perf_counter())
                 await ws.send_bytes(data)
             elif isinstance(item, bytes):

@@ -36,7 +36,7 @@ from app.session import Session
 log = logging.getLogger(__name__)
 MIC_SLACK_S = 0.06
 """The microphone counts as heard "up to now" when the newest frame handled was captured
-this recently: the page sends one every 20-40 ms."""
+this recently: a little longer than the page's gaps between frames."""
 MIC_IDLE_S = 1.0
 """No frame handled for this long: the microphone is off, the first audio waits for none."""
 
@@ -287,8 +287,8 @@ class Turn:
         """Under the lock, with audio to send and none sent yet: whether the turn-taking
         has not yet heard the microphone up to the moment the audio was ready (its newest
         frame captured more than `MIC_SLACK_S` before). It cannot know then whether the
-        user's voice is back: a CI run had the reply audible 120 ms after the user went on,
-        its frames 240 ms late. No frame handled for `MIC_IDLE_S`: no microphone to wait for."""
+        user's voice is back: the reply can be audible after the user went on, their frames
+        still on their way. No frame handled for `MIC_IDLE_S`: no microphone to wait for."""
         if self._to_page or self._heard is None:
             return False
         captured, handled = self._heard

@@ -1,4 +1,4 @@
-"""End of turn on a live microphone: Silero VAD per 32 ms frame, and the endpointer.
+"""End of turn on a live microphone: Silero VAD per `FRAME` of samples, and the endpointer.
 
 Silero v6 (the ONNX model faster-whisper ships) runs frame by frame with its recurrent
 state carried across calls, so each microphone frame costs only its own samples. The
@@ -19,10 +19,10 @@ import numpy as np
 from app.config import VadConfig
 from app.messages import RATE, MicFrame, VadEvent, VadKind
 
-FRAME = 512  # samples at 16 kHz = 32 ms, the size Silero v6 expects
+FRAME = 512  # samples at 16 kHz, the size Silero v6 expects
 FRAME_MS = FRAME * 1000 / RATE
 CONTEXT = 64
-PRE_ROLL_FRAMES = 10  # keep ~320 ms before the first speech frame
+PRE_ROLL_FRAMES = 10  # keep this many frames before the first speech frame
 HYSTERESIS = 0.15  # a frame is silent below threshold - this (Silero's own default)
 
 
@@ -33,7 +33,7 @@ def _session():  # onnxruntime session, imported lazily
 
 
 class SileroFrames:
-    """Speech probability per 32 ms frame, state kept between calls."""
+    """Speech probability per `FRAME` of samples, state kept between calls."""
 
     def __init__(self) -> None:
         self._session = _session()

@@ -1,10 +1,10 @@
 """The page's audio channel on the wire, for the server (app/transport.py) and for scripts
 (app/client.py): one WebSocket per page, binary audio both ways, JSON for the rest.
 
-Up: microphone frames (`FRAME_HEADER`, then int16 little-endian PCM, at most 40 ms) and the
-player's reports (JSON: audible, paused, stopped, done; mic_stop). Down: reply audio
-(`AUDIO_HEADER`, then int16 little-endian PCM), player commands (JSON: stop, pause,
-resume, end) and `render`: the session changed, the page may fetch what is new.
+Up: microphone frames (`FRAME_HEADER`, then int16 little-endian PCM, at most `rate // 25`
+samples) and the player's reports (JSON: audible, paused, stopped, done; mic_stop). Down:
+reply audio (`AUDIO_HEADER`, then int16 little-endian PCM), player commands (JSON: stop,
+pause, resume, end) and `render`: the session changed, the page may fetch what is new.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ class Outbox:
 
     def changed(self) -> None:
         """The session changed: tell the page, at most once per `RENDER_EVERY_S` (the page
-        fetches then, instead of polling: a 4 Hz poll cost the browser ~0.25 s of main
-        thread per second, docs/PERFORMANCE.md)."""
+        fetches then, instead of polling: a poll costs the browser a large share of its main
+        thread, docs/PERFORMANCE.md)."""
         self.loop.call_soon_threadsafe(self._schedule_render)
 
     def hold_renders(self, at_most_s: float = HOLD_RENDERS_S) -> None:
