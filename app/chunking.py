@@ -23,8 +23,8 @@ import re
 
 from app.language import is_cjk
 
-_ZH_END = "。！？；…"
-_EN_END = ".!?"
+ZH_END = "。！？；…"
+EN_END = ".!?"
 _CLAUSE = ",，、:：;"
 _CLOSERS = "\"'”’）)」』"
 # Words that a full stop follows without ending the sentence (lower case, without the dot).
@@ -83,17 +83,17 @@ class SentenceChunker:
         for i, ch in enumerate(buf):
             if ch == "\n" and buf[:i].strip():
                 return i + 1
-            if ch in _ZH_END:
+            if ch in ZH_END:
                 end = self._skip_closers(i + 1)
                 if len(buf[:end].strip()) >= self.min_chars or ch in "。！？":
                     return end
-            elif ch in _EN_END:
+            elif ch in EN_END:
                 end = self._skip_closers(i + 1)
                 # an English sentence ends only where whitespace follows (else: "3.5", "a.m")
                 if end >= len(buf) or not buf[end].isspace():
                     continue
                 head = buf[:end].strip()
-                if ch == "." and _is_abbreviation(head):
+                if ch == "." and is_abbreviation(head):
                     continue
                 if len(head) >= self.min_chars:
                     return end
@@ -117,12 +117,17 @@ class SentenceChunker:
         return None
 
     def _skip_closers(self, pos: int) -> int:
-        while pos < len(self._buf) and self._buf[pos] in _CLOSERS:
-            pos += 1
-        return pos
+        return skip_closers(self._buf, pos)
 
 
-def _is_abbreviation(head: str) -> bool:
+def skip_closers(text: str, pos: int) -> int:
+    """The position after the closing quotes and brackets that start at `pos`."""
+    while pos < len(text) and text[pos] in _CLOSERS:
+        pos += 1
+    return pos
+
+
+def is_abbreviation(head: str) -> bool:
     """Whether the full stop at the end of `head` closes an abbreviation or an initial."""
     word = head.rsplit(None, 1)[-1][:-1].lstrip("\"'(“‘")
     if len(word) == 1 and word.isupper():

@@ -183,6 +183,9 @@ class AsrConfig:
 class LlmConfig:
     max_tokens: int = 120
     """Reply token cap: spoken replies are short."""
+    reply_sentences: int = 2
+    """The spoken-reply budget: the reply ends after this many sentences, and the rest is
+    never generated (`app.budget`; 0: only `max_tokens` ends it)."""
     temperature: float = 0.0
     repetition_penalty: float = 1.0
     """vLLM extra sampling parameter; small models loop under greedy decoding without it."""
@@ -288,6 +291,9 @@ def parser() -> argparse.ArgumentParser:
                    help="demo: the embedded model's settings (persona, ASR, languages, cores) "
                    "for an endpoint started elsewhere; --demo implies it")
     g.add_argument("--max-tokens", type=int, default=LlmConfig.max_tokens)
+    g.add_argument("--reply-sentences", type=non_negative_int, default=LlmConfig.reply_sentences,
+                   help="the spoken-reply budget: a reply ends after this many sentences and "
+                   "the rest is never generated (0: only --max-tokens ends it)")
     g.add_argument("--repetition-penalty", type=float, default=None)
     g.add_argument("--persona", type=Path, default=None, help="system prompt file")
     g.add_argument("--persona-block", type=int, default=0,
@@ -462,7 +468,8 @@ def from_args(args: argparse.Namespace) -> AppConfig:
     if args.host not in ("127.0.0.1", "localhost", "::1") and auth is None:
         raise SystemExit(f"Refusing to listen on {args.host} without --auth user:password "
                          "(or VOICE_AGENT_AUTH): anyone who reaches the port could use it.")
-    llm = LlmConfig(max_tokens=args.max_tokens, prefill=not args.no_prefill)
+    llm = LlmConfig(max_tokens=args.max_tokens, reply_sentences=args.reply_sentences,
+                    prefill=not args.no_prefill)
     if args.repetition_penalty is not None:
         llm.repetition_penalty = args.repetition_penalty
     anchor = None

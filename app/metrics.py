@@ -110,6 +110,8 @@ class TurnMetrics:
     """Engine(s) that spoke this turn, e.g. "edge" or "piper (edge failed)"."""
     cancelled: bool = False
     """The user barged in and the reply was cut."""
+    budget_ended: bool = False
+    """The reply said its `--reply-sentences` and the rest was never generated."""
     continued_in: int | None = None
     """The user went on within `--turn-continue-ms` of this turn's last word: turn N
     answered its words with the rest, and this turn left the conversation."""

@@ -26,6 +26,7 @@ import numpy as np
 from app.asr import Asr, Transcriber
 from app.asrhost import RemoteAsr
 from app.audio import keep_heard
+from app.budget import ReplyBudget, within
 from app.chunking import SentenceChunker
 from app.config import AppConfig, Endpoint
 from app.endofturn import TurnDetector
@@ -268,13 +269,17 @@ class Agent:
 
         before = self.server_views.before(endpoint, turn.session.sid)
         turn.stamp("llm_sent")
+        budget = ReplyBudget(self.cfg.llm.reply_sentences)
         try:
-            for delta in self.llm.stream(endpoint, messages, self.cfg.llm, turn.turn_id, stats,
-                                         turn.cancel):
+            for delta in within(self.llm.stream(endpoint, messages, self.cfg.llm,
+                                                turn.turn_id, stats, turn.cancel), budget):
                 turn.on_delta(delta, stats.sent)
                 put(chunker.push(spoken(tag.push(delta.text))))
         except LlmError as exc:
             error = str(exc)
+        if budget.over:  # the rest of the reply was never generated
+            stats.finish_reason = "budget"
+            turn.budget_ended()
         if not turn.cancel.is_set():
             put(chunker.push(spoken(tag.flush())) + chunker.flush())
         pieces.put(None)
@@ -359,12 +364,15 @@ class Agent:
         session.touch(f"Measuring {endpoint.name}...")
         stats, error = StreamStats(), ""
         before = self.server_views.before(endpoint, session.sid)
+        budget = ReplyBudget(self.cfg.llm.reply_sentences)  # the same length as the primary's
         try:
-            for _ in self.llm.stream(endpoint, messages, self.cfg.llm, turn.turn_id, stats,
-                                     cancel):
+            for _ in within(self.llm.stream(endpoint, messages, self.cfg.llm, turn.turn_id,
+                                            stats, cancel), budget):
                 pass
         except LlmError as exc:
             error = str(exc)
+        if budget.over:
+            stats.finish_reason = "budget"
         fill_rival(m, stats, self.server_views.after(endpoint, before), error,
                    cancel.is_set(), ran_after_ms, retries)
         if finish and (last_try or not cancel.is_set()):

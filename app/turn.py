@@ -180,6 +180,10 @@ class Turn:
             self.metrics.ttft_ms = ms(delta.t - sent)
         self.add_reply(delta.text)
 
+    def budget_ended(self) -> None:
+        """The reply reached the spoken-reply budget: the rest was never generated."""
+        self.metrics.budget_ended = True
+
     def piece_cut(self, index: int, tokens: int) -> None:
         """The chunker cut piece `index` after `tokens` reply tokens."""
         if index == 0:
@@ -404,7 +408,8 @@ class Turn:
                 _remove(s.chat, self._chat_reply)
                 return
             if not self._interrupted:  # else the player's report already cut it
-                note = " [interrupted]" if m.cancelled else (" [cut off]" if error else "")
+                note = " [interrupted]" if m.cancelled else (
+                    " [cut off]" if error else (" [reply budget]" if m.budget_ended else ""))
                 self._reply_msg["content"] = reply
                 self._chat_reply["content"] = reply + note
         if not m.cancelled:

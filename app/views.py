@@ -90,7 +90,8 @@ def turns_table(rows: list[TurnMetrics]) -> list[list]:
     return [[r.turn_id, r.endpoint, r.order or r.source] + [getattr(r, f) for f in FIGURES]
             + [r.server_ttft_ms, r.eot_signal, r.tts_engine,
                r.error_stage or (f"went on in {r.continued_in}" if r.continued_in
-                                 else "cut" if r.cancelled else "")]
+                                 else "cut" if r.cancelled
+                                 else "reply budget" if r.budget_ended else "")]
             for r in rows]
 
 

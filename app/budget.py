@@ -1,0 +1,98 @@
+"""The spoken-reply budget: a voice reply ends after a few sentences.
+
+A listener cannot skim. The product's replies are a sentence or two, and a reply that runs
+on keeps the agent talking while the user wants the floor back, so most questions are then
+spoken over it. The budget counts the sentence ends the chunker cuts at (`。！？；…` in
+Mandarin, `.!?` followed by a space in English, not after an abbreviation or inside a
+number); once the reply has said its last allowed sentence, the rest of the stream is cut
+off, the request is closed (so the server stops generating it), and only what was kept goes
+into the history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+from app.chunking import EN_END, ZH_END, is_abbreviation, skip_closers
+from app.messages import ReplyDelta
+
+
+class ReplyBudget:
+    """Feed the reply's text as it streams; `push` returns the part within the budget.
+
+    sentences: how many sentences the reply may say (0: no limit). Once `over` is set, the
+    text after the last allowed sentence end has been dropped and every later push returns
+    nothing.
+    """
+
+    def __init__(self, sentences: int) -> None:
+        self.sentences = sentences
+        self.done = 0
+        """Sentences completed so far."""
+        self.over = False
+        """The budget is spent: the caller stops the stream."""
+        self._text = ""
+        self._checked = 0  # where the scan for sentence ends resumes in `_text`
+
+    def push(self, text: str) -> str:
+        if self.over:
+            return ""
+        if self.sentences <= 0:
+            return text
+        start = len(self._text)
+        self._text += text
+        cut = self._scan()
+        if cut is None:
+            return text
+        self.over = True
+        kept = max(0, cut - start)
+        return text[:kept]
+
+    def _scan(self) -> int | None:
+        """The end of the last allowed sentence in the text so far, once it is certain:
+        a run of end marks and closing quotes, and then (in English, a space) more text."""
+        buf, i = self._text, self._checked
+        while i < len(buf):
+            if buf[i] not in ZH_END + EN_END:
+                i += 1
+                continue
+            end = i
+            while end < len(buf) and buf[end] in ZH_END + EN_END:
+                end += 1
+            end = skip_closers(buf, end)
+            if end >= len(buf):
+                break  # the run may go on, or (in English) no space has come yet
+            chinese = any(ch in ZH_END for ch in buf[i:end])
+            head = buf[:end].strip()
+            if head and (chinese or buf[end].isspace() and not (
+                    buf[end - 1] == "." and is_abbreviation(head))):
+                self.done += 1
+                if self.done >= self.sentences:
+                    return end
+            i = end
+        self._checked = i
+        return None
+
+
+def sentences(text: str) -> int:
+    """How many sentences a whole text says, counted as the budget counts them."""
+    budget = ReplyBudget(len(text) + 1)
+    budget.push(text + "\n")  # the text is over: its last mark ends a sentence
+    return budget.done
+
+
+def within(deltas: Iterator[ReplyDelta], budget: ReplyBudget) -> Iterator[ReplyDelta]:
+    """The stream's deltas cut at the budget. Once it is spent the model's stream is closed,
+    which ends the request on the server, so the rest of the reply is never generated."""
+    try:
+        for delta in deltas:
+            kept = budget.push(delta.text)
+            if kept:
+                yield delta if kept == delta.text else replace(delta, text=kept)
+            if budget.over:
+                return
+    finally:
+        close = getattr(deltas, "close", None)  # a generator: closing it closes its request
+        if close is not None:
+            close()
