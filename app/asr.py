@@ -28,39 +28,31 @@ import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
 import numpy as np
 
 from app.config import AsrConfig
-from app.language import LATIN_CLOSERS, words
+from app.language import CLOSERS, simplified, words
 from app.messages import RATE, Transcript
 
 log = logging.getLogger(__name__)
 
-# Whisper writes Mandarin in traditional characters unless the prompt shows simplified ones.
-_ZH_PROMPT = "以下是普通话的句子，使用简体中文。"
 NO_SPEECH = 0.8  # a transcript whose no-speech probability is higher is dropped
 # faster-whisper's defaults: decode again, warmer, while the text is this repetitive
 TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 MAX_COMPRESSION = 2.4
 MAX_WORDS_PER_S = 5.0  # faster than anyone speaks, pauses and the clip's silence left in
 UNSURE = -0.6  # mean token log-probability under which an English-only model is unsure
-# The detector's probability at or above which a language other than English is taken. On
-# the demo's clips at three start shifts Whisper base gave every Mandarin one
-# 0.85-1.00, and some English ones another language at up to 0.69 ("How many days are in a
-# week?": Thai 0.56-0.68; "Set a timer for ten minutes.": Japanese 0.37-0.69); live it took
-# English for Japanese in 2 of 600 benchmark turns, each costing a whole turn's words.
-SURE_LANGUAGE = 0.8
-# ... but with CTranslate2 on oneDNN's numerics (not MKL's) the demo's default window gave
-# English clips another language about as surely as a Mandarin one: no margin. In the
-# longer CONFIRM_WINDOW_S window the two stand apart again (`python -m bench.wer.languages`,
-# docs/PERFORMANCE.md). A language other than English read under CERTAIN_LANGUAGE in a
-# shorter window is read again in that one (a little more time, for few readings).
+# The detector's probability at or above which it is taken at its word for a language the
+# agent does not speak (`AsrConfig.languages`). Short of that it decides among the agent's
+# languages, by their probabilities' ratio: an English clip can get another language as its
+# top one as surely as a Mandarin clip gets Mandarin, and how surely moves with the CPU's
+# numerics, but between English and Mandarin the two clips' odds lie orders of magnitude
+# apart (`python -m bench.wer.languages`, docs/PERFORMANCE.md).
 CERTAIN_LANGUAGE = 0.95
-CONFIRM_WINDOW_S = 20.0
 
 
 class Reading(NamedTuple):
@@ -85,8 +77,8 @@ class Transcriber(Protocol):
 
     def setup(self) -> None: ...
 
-    def process(self, turn_id: int, audio: np.ndarray,
-                language: str | None = None) -> Transcript: ...
+    def process(self, turn_id: int, audio: np.ndarray, language: str | None = None,
+                expect: str | None = None) -> Transcript: ...
 
 
 @dataclass(eq=False)  # told apart by identity (its audio is an array)
@@ -94,6 +86,7 @@ class _Request:
     turn_id: int
     audio: np.ndarray = field(repr=False)
     language: str | None
+    expect: str | None = None
     done: Future = field(default_factory=Future)
 
 
@@ -154,14 +147,20 @@ class Asr:
             raise SystemExit(f"Could not load ASR model {source!r}: {exc}. Without internet "
                              "pass --asr-model with a local CTranslate2 directory.") from exc
 
-    def process(self, turn_id: int, audio: np.ndarray, language: str | None = None) -> Transcript:
+    def process(self, turn_id: int, audio: np.ndarray, language: str | None = None,
+                expect: str | None = None) -> Transcript:
+        """`language`: the language to read in (None: the configured one); `expect`: the
+        language the conversation has spoken so far, heard first when it is not English."""
         if self.model is None:
             self.setup()
-        request = _Request(turn_id, audio, language)
+        request = _Request(turn_id, audio, language, expect)
         with self._lock:
             self._pending.append(request)
         self._worker.submit(self._run_pending)  # finds it taken by an earlier run, or runs it
-        return request.done.result()
+        heard = request.done.result()
+        if heard.language == "zh" and self.cfg.simplify:
+            return replace(heard, text=simplified(heard.text))
+        return heard
 
     def _run_pending(self) -> None:
         """On the worker: every request waiting now, short windows of one language as one
@@ -200,7 +199,8 @@ class Asr:
                                                      read.close_p))
         for r in alone:
             try:
-                r.done.set_result(self._transcribe(r.turn_id, r.audio, r.language))
+                r.done.set_result(self._transcribe(r.turn_id, r.audio, r.language,
+                                                   r.expect))
             except Exception as exc:
                 r.done.set_exception(exc)
 
@@ -213,9 +213,14 @@ class Asr:
         return self.window(r.audio) is not None and (
             lang != "auto" or not self.model.model.is_multilingual and self.detector is None)
 
-    def _transcribe(self, turn_id: int, audio: np.ndarray, language: str | None) -> Transcript:
+    def _transcribe(self, turn_id: int, audio: np.ndarray, language: str | None,
+                    expect: str | None = None) -> Transcript:
         lang = language or self.cfg.language
         t0 = time.perf_counter()
+        if expect not in (None, "en") and lang == "auto" and self.detector is not None:
+            heard = self._expected(turn_id, audio, expect, t0)
+            if heard is not None:
+                return heard
         read = Reading("", 0.0, False, None, None)
         windows = self.windows(audio)
         short = bool(windows)
@@ -254,12 +259,34 @@ class Asr:
                 beam_size=self.cfg.beam_size, condition_on_previous_text=False,
                 without_timestamps=True, vad_filter=False,
                 # in auto mode too: detection does not read the prompt
-                initial_prompt=_ZH_PROMPT if lang in ("zh", "auto") else None,
+                initial_prompt=(self.cfg.zh_prompt or None) if lang in ("zh", "auto") else None,
             )
             text = "".join(s.text for s in segments if s.no_speech_prob < NO_SPEECH).strip()
             # Whisper's own path: not aligned, its probabilities not read
             read, detected = Reading(text, read.score, False, None, None), info.language
         return Transcript(turn_id, read.text, detected, t0, time.perf_counter(), read.score,
+                          read.last_word_s, read.close_p)
+
+    def _expected(self, turn_id: int, audio: np.ndarray, expect: str,
+                  t0: float) -> Transcript | None:
+        """A conversation in another language than English: the multilingual model reads
+        the clip at once in it (the English-only one would only be unsure of it) when that
+        is the detector's top language and the reading is sure; else None, and the clip
+        takes the usual path, so English after Mandarin is still heard as English."""
+        window = self.detect_window(audio)
+        if window >= 30.0:
+            return None  # a long utterance: Whisper's own path
+        encoded = self._encode(self.detector, [audio], window)
+        top = decide_language(probabilities(self.detector.model, encoded), self.cfg.languages)
+        if top != expect:
+            log.info("turn %s: %s expected, the detector heard %s first", turn_id, expect, top)
+            return None
+        read = self._generate(self.detector, encoded, 1, expect, [len(audio) / RATE])[0]
+        if not read.text or read.loops or repeated(read.text) or read.score < UNSURE:
+            log.info("turn %s: unsure in %s (%r, %.2f)", turn_id, expect, read.text[:40],
+                     read.score)
+            return None
+        return Transcript(turn_id, read.text, expect, t0, time.perf_counter(), read.score,
                           read.last_word_s, read.close_p)
 
     def windows(self, *clips: np.ndarray) -> list[float]:
@@ -295,20 +322,13 @@ class Asr:
         first ({"en": 0.93, "la": 0.02, ...}), in `window` (default: the one `_transcribe`
         asks it in, the longest that holds the clip short of Whisper's full window)."""
         encoded = self._encode(self.detector, [audio], window or self.detect_window(audio))
-        return {tok[2:-2]: p for tok, p in self.detector.model.detect_language(encoded)[0]}
+        return probabilities(self.detector.model, encoded)
 
     def language(self, audio: np.ndarray, window: float | None = None) -> str:
-        """The language of `audio` by the detector ("en", "zh", ...): English unless it is
-        sure of another (`SURE_LANGUAGE`); short of certain (`CERTAIN_LANGUAGE`), sure of it
-        in the `CONFIRM_WINDOW_S` window too."""
+        """The language of `audio` by the detector ("en", "zh", ...): the most probable of
+        the agent's languages, unless it is certain of another (`CERTAIN_LANGUAGE`)."""
         window = window or self.detect_window(audio)
-        lang, p = next(iter(self.languages(audio, window).items()))
-        if lang != "en" and SURE_LANGUAGE <= p < CERTAIN_LANGUAGE and window < CONFIRM_WINDOW_S:
-            first = f"{lang} {p:.2f}"
-            lang, p = next(iter(self.languages(audio, CONFIRM_WINDOW_S).items()))
-            log.info("language: %s in the %.0f s window, %s %.2f in the %.0f s one", first,
-                     window, lang, p, CONFIRM_WINDOW_S)
-        return lang if p >= SURE_LANGUAGE else "en"
+        return decide_language(self.languages(audio, window), self.cfg.languages)
 
     def _generate(self, model, encoded, count: int, lang: str, lengths: list[float],
                   temperature: float = 0.0) -> list[Reading]:
@@ -323,8 +343,8 @@ class Asr:
         tok = Tokenizer(model.hf_tokenizer, whisper.is_multilingual, task="transcribe",
                         language=lang)
         prompt = [*tok.sot_sequence, tok.no_timestamps]
-        if lang == "zh" and whisper.is_multilingual:  # simplified characters for Mandarin
-            prompt = [tok.sot_prev, *tok.encode(" " + _ZH_PROMPT), *prompt]
+        if lang == "zh" and whisper.is_multilingual and self.cfg.zh_prompt:
+            prompt = [tok.sot_prev, *tok.encode(" " + self.cfg.zh_prompt), *prompt]
         options = {"beam_size": self.cfg.beam_size} if temperature == 0 else \
             {"beam_size": 1, "sampling_topk": 0, "sampling_temperature": temperature}
         # a spoken turn holds at most ~5 tokens a second: a loop cannot run on
@@ -362,7 +382,7 @@ class Asr:
         if not whisper.is_multilingual:
             lang = "en"
         elif lang == "auto":
-            lang = whisper.detect_language(encoded)[0][0][0][2:-2]  # "<|zh|>" -> "zh"
+            lang = decide_language(probabilities(whisper, encoded), self.cfg.languages)
         for temperature in temperatures:  # faster-whisper's fallback, as `transcribe` does
             read = self._generate(model, encoded, 1, lang, [len(audio) / RATE], temperature)[0]
             if not read.loops:
@@ -370,9 +390,30 @@ class Asr:
         return read, lang
 
 
+def probabilities(whisper, encoded) -> dict[str, float]:
+    """Whisper's language probabilities for one encoded window, highest first ({"en": 0.93,
+    "la": 0.02, ...}; `whisper`: a ctranslate2.models.Whisper)."""
+    return {tok[2:-2]: p for tok, p in whisper.detect_language(encoded)[0]}  # "<|zh|>"
+
+
+def decide_language(probs: dict[str, float], languages: tuple[str, ...]) -> str:
+    """The detector's top language where it is certain of it; else the most probable of
+    `languages` (English where the detector gave none of them any probability)."""
+    top = max(probs, key=probs.get)
+    if probs[top] >= CERTAIN_LANGUAGE:
+        return top
+    ours = max(languages, key=lambda lang: probs.get(lang, 0.0))
+    if top != ours:
+        log.info("language: %s %.2f, taken as %s (%.3f against %s)", top, probs[top], ours,
+                 probs.get(ours, 0.0), ", ".join(f"{lang} {probs.get(lang, 0.0):.3f}"
+                                                 for lang in languages if lang != ours))
+    return ours
+
+
 def closing_marks(tok) -> list[int]:
-    """The token ids of ".", "?" and "!" each written alone (faster-whisper `Tokenizer`)."""
-    ids = [tok.encode(mark) for mark in LATIN_CLOSERS]
+    """The token ids of the closing marks that are one token each: ".", "?" and "!", and
+    in a multilingual vocabulary "。", "？" and "！" (faster-whisper `Tokenizer`)."""
+    ids = [tok.encode(mark) for mark in CLOSERS]
     return [i[0] for i in ids if len(i) == 1]
 
 

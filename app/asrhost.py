@@ -69,9 +69,10 @@ class AsrHost:
         worker's requests are batched like anyone's)."""
         sending = threading.Lock()
 
-        def answer(ident: int, turn_id: int, audio: np.ndarray, language: str | None) -> None:
+        def answer(ident: int, turn_id: int, audio: np.ndarray, language: str | None,
+                   expect: str | None) -> None:
             try:
-                reply: object = self.asr.process(turn_id, audio, language)
+                reply: object = self.asr.process(turn_id, audio, language, expect)
             except Exception as exc:  # the worker's turn fails with it, the host goes on
                 reply = f"{type(exc).__name__}: {exc}"
             if self.asr.largest_batch > self._largest:
@@ -148,7 +149,8 @@ class RemoteAsr:
             for done in waiting.values():
                 done.set_exception(RuntimeError(f"the app's ASR host went away ({exc!r})"))
 
-    def process(self, turn_id: int, audio: np.ndarray, language: str | None = None) -> Transcript:
+    def process(self, turn_id: int, audio: np.ndarray, language: str | None = None,
+                expect: str | None = None) -> Transcript:
         self.setup()
         done: Future = Future()
         with self._lock:
@@ -158,7 +160,8 @@ class RemoteAsr:
             try:
                 if conn is None:  # lost since setup(): the reader failed what was waiting
                     raise OSError("connection closed")
-                conn.send((ident, turn_id, np.ascontiguousarray(audio, np.float32), language))
+                conn.send((ident, turn_id, np.ascontiguousarray(audio, np.float32), language,
+                           expect))
             except OSError as exc:
                 self._waiting.pop(ident, None)
                 raise RuntimeError(f"the app's ASR host went away ({exc})") from exc

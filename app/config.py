@@ -161,6 +161,16 @@ class AsrConfig:
     detect_model: str = ""
     """Multilingual CTranslate2 dir that detects the language when `model` is English-only
     and the language is "auto"; speech in another language is transcribed by it."""
+    zh_prompt: str = ""
+    """A prompt for a Mandarin reading to start from ("": none). One asking for simplified
+    characters left fewer traditional ones, but after t2s (`simplify`) no lower a CER, and it
+    costs prompt tokens (`python -m bench.wer.mandarin`, docs/PERFORMANCE.md)."""
+    simplify: bool = True
+    """Mandarin transcripts in simplified characters (OpenCC's t2s); off only to measure what
+    Whisper wrote."""
+    languages: tuple[str, ...] = ("en", "zh")
+    """The languages the agent hears as such: the detector decides among them, and takes
+    another only when it is certain of it (`app.asr.CERTAIN_LANGUAGE`)."""
     window_s: float = 10.0
     """Audio window the encoder reads for a short utterance (Whisper's own is longer;
     longer utterances take it); `python -m bench.asr` compares the two (docs/PERFORMANCE.md)."""
@@ -478,6 +488,8 @@ def from_args(args: argparse.Namespace) -> AppConfig:
             raise SystemExit("The anchor needs both --anchor-base-url and --anchor-model.")
         anchor = Endpoint("anchor", args.anchor_base_url, args.anchor_model, args.anchor_api_key)
     check_tls(args.ssl_certfile, args.ssl_keyfile)
+    model_languages = tuple(x.strip() for x in (args.model_languages or "en,zh").split(",")
+                            if x.strip())
     return AppConfig(
         primary=Endpoint("primary", args.base_url, args.model, args.api_key),
         anchor=anchor, ab_mode=args.ab_mode,
@@ -495,9 +507,11 @@ def from_args(args: argparse.Namespace) -> AppConfig:
                       cpus=parse_cpus(args.asr_cpus), detect_model=args.asr_detect_model,
                       device=args.asr_device, host=args.asr_host, beam_size=args.asr_beam,
                       short_window_s=asr_short_window(args), cpu_threads=args.asr_threads or 0,
-                      compute_type=ASR_COMPUTE[args.asr_device]),
-        model_languages=tuple(x.strip() for x in (args.model_languages or "en,zh").split(",")
-                              if x.strip()),
+                      compute_type=ASR_COMPUTE[args.asr_device],
+                      # Mandarin is always told apart: the English-only model answers it
+                      # with a notice
+                      languages=tuple(dict.fromkeys(("en", "zh", *model_languages)))),
+        model_languages=model_languages,
         llm=llm,
         tts=TtsConfig(engine=args.tts, edge_voice_en=args.voice_en, edge_voice_zh=args.voice_zh,
                       piper_voice=args.piper_voice, edge_proxy=args.edge_proxy,

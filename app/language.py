@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import cache
 
 LATIN_CLOSERS = (".", "?", "!")
 """The marks that close a sentence in Latin script (the English-only Whisper writes no other)."""
@@ -29,3 +30,16 @@ def words(text: str) -> list[str]:
         else:
             out.append(token.strip("'-"))
     return [w for w in out if w]
+
+
+@cache
+def _t2s():  # opencc.OpenCC: its dictionaries load once, on the first Mandarin transcript
+    import opencc
+
+    return opencc.OpenCC("t2s")
+
+
+def simplified(text: str) -> str:
+    """Mandarin written in simplified characters, whatever Whisper wrote: it writes
+    traditional ones for some speakers and phrases, even when prompted for simplified."""
+    return _t2s().convert(text) if has_cjk(text) else text

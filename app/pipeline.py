@@ -194,7 +194,8 @@ class Agent:
         if audio is not None:
             turn.stamp("asr_start")
             try:
-                tr = self.asr.process(turn.turn_id, audio)
+                tr = self.asr.process(turn.turn_id, audio,
+                                      expect=session.heard_language)
             except Exception as exc:  # a broken model file or runtime error: report the stage
                 return self._fail(turn, "asr", f"speech recognition failed: {exc}")
             turn.transcribed(tr, len(audio) / RATE)

@@ -25,6 +25,9 @@ class Session:
     chat: list[dict] = field(default_factory=list)
     """What the page shows: the same turns, with notes such as "[interrupted]"."""
     metrics: list[TurnMetrics] = field(default_factory=list)
+    heard_language: str | None = None
+    """The language of the last words heard from the user (ASR's): the next are heard in it
+    first."""
     status: str = "Ready."
     version: int = 0
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)

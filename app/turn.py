@@ -172,6 +172,9 @@ class Turn:
         self.stamp("asr_end", tr.asr_end)
         self.stamp("asr_handed")
         self.metrics.asr_ms = ms(tr.asr_end - tr.asr_start)
+        if tr.text:
+            with self.session.lock:
+                self.session.heard_language = tr.language
 
     def on_delta(self, delta: ReplyDelta, sent: float) -> None:
         """A piece of the reply streamed in (`sent`: when the request went)."""

@@ -1,31 +1,35 @@
-"""Run: .venv/bin/python -m bench.wer.languages (about 2 min).
+"""Run: .venv/bin/python -m bench.wer.languages (a few minutes).
 
-How sure the demo's language detector (Whisper base) is, on the clips the demo hears: the
-voice-to-voice benchmark's questions, the labelled set's English and Mandarin sentences and
-the committed recordings, each at three start shifts (0, 10, 20 ms). Per clip: tiny.en's
-mean log-probability (below `app.asr.UNSURE` the app asks the detector) and the detector's
-top languages, in the demo's window and in the 20 s one `Asr.language` confirms in
-(`app.asr.CONFIRM_WINDOW_S`), and what `Asr.language` decides. The result chooses
-`app.asr.SURE_LANGUAGE`: the lowest probability of a Mandarin clip's "zh" against the
-highest of an English clip's other language. With AMD's paths (`CT2_USE_MKL=0` and the
-AVX2 caps in the environment) it writes languages_amd.*: the numerics differ."""
+How the demo's language decision stands on the clips the demo hears: the voice-to-voice
+benchmark's questions, the labelled set's English and Mandarin sentences, the Mandarin set
+(`assets/zh_set/`) and the committed recordings, each at three start shifts (0, 10, 20 ms).
+Per clip: tiny.en's mean log-probability (below `app.asr.UNSURE` the app asks the detector),
+the detector's top language and its probability, and the log-odds of Mandarin against
+English (`ln p(zh) / p(en)`), which `app.asr.decide_language` decides by where the detector
+is short of `app.asr.CERTAIN_LANGUAGE`; then what `Asr.language` decides. The margin is the
+gap between the English clips' highest log-odds and the Mandarin clips' lowest. With AMD's
+paths (`CT2_USE_MKL=0` and the AVX2 caps in the environment) it writes languages_amd.*: the
+numerics differ."""
 
 import json
+import math
 import os
 
 import numpy as np
 import soundfile as sf
 
-from app.asr import CONFIRM_WINDOW_S, UNSURE, Asr
+from app.asr import UNSURE, Asr
 from app.config import ROOT
 from bench.wer import DEMO, TINY_EN, questions, record, whisper
 
 SHIFTS = (0, 160, 320)  # samples at 16 kHz
 
 clips = [("en", f"{q} ({v})", x) for v, q, x in questions()]
-for label in json.loads((ROOT / "assets" / "turns" / "labels.json").read_text()):
-    x, _ = sf.read(ROOT / "assets" / "turns" / label["file"], dtype="float32")
-    clips.append((label["lang"], label["file"], x))
+for folder in ("turns", "zh_set"):
+    labels = ROOT / "assets" / folder / "labels.json"
+    for label in json.loads(labels.read_text()) if labels.exists() else []:
+        x, _ = sf.read(ROOT / "assets" / folder / label["file"], dtype="float32")
+        clips.append((label["lang"], f"{folder}/{label['file']}", x))
 for name in ("en_capital.wav", "en_hello.wav", "en_joke.wav", "en_weather.wav",
              "zh_intro.wav", "zh_music.wav", "zh_weather.wav"):
     x, _ = sf.read(ROOT / "assets" / name, dtype="float32")
@@ -34,42 +38,36 @@ for name in ("en_capital.wav", "en_hello.wav", "en_joke.wav", "en_weather.wav",
 asr = Asr(DEMO)
 asr.setup()
 english = whisper(TINY_EN)  # tiny.en alone: its score
-own = {"en": [], "zh": []}  # the detector's probability of the clip's own language
-other: list[tuple[float, str]] = []  # its top language where that is not the clip's
-confirm_own: dict[str, list[float]] = {"en": [], "zh": []}
-confirm_other: list[float] = []
+odds: dict[str, list[tuple[float, str]]] = {"en": [], "zh": []}  # ln p(zh)/p(en)
+other: list[tuple[float, str]] = []  # the top language where it is not the clip's
 wrong = []  # Asr.language's decision, where it is not the clip's language
 unsure = {"en": 0, "zh": 0}
 for shift in SHIFTS:
     for lang, name, x in clips:
         x = np.concatenate([np.zeros(shift, np.float32), x])
+        label = f"{name} +{shift // 16} ms"
         unsure[lang] += english.process(0, x).score < UNSURE
         probs = asr.languages(x)
         top = max(probs, key=probs.get)
-        own[lang].append(probs.get(lang, 0.0))
+        ratio = math.log(max(probs.get("zh", 0.0), 1e-9) / max(probs.get("en", 0.0), 1e-9))
+        odds[lang].append((ratio, label))
         if top != lang:
-            other.append((probs[top], f"{name} +{shift // 16} ms: {top} {probs[top]:.2f}"))
-        wide = asr.languages(x, CONFIRM_WINDOW_S)
-        wide_top = max(wide, key=wide.get)
-        confirm_own[lang].append(wide.get(lang, 0.0))
-        if wide_top != lang:
-            confirm_other.append(wide[wide_top])
+            other.append((probs[top], f"{label}: {top} {probs[top]:.2f}"))
         decided = asr.language(x)
         if decided != lang:
-            wrong.append(f"{name} +{shift // 16} ms: decided {decided}")
-readings = {k: len(v) for k, v in own.items()}
+            wrong.append(f"{label}: decided {decided}")
+readings = {k: len(v) for k, v in odds.items()}
 window = f"{asr.detect_window(clips[0][2]):.0f} s"
+en_high, zh_low = max(odds["en"]), min(odds["zh"])
 results = {
     "readings (English / Mandarin)": f"{readings['en']} / {readings['zh']}",
     "tiny.en unsure (English / Mandarin readings)": f"{unsure['en']} / {unsure['zh']}",
-    f"Mandarin: the detector's zh, lowest ({window} window)": round(min(own["zh"]), 2),
-    f"English: the detector's en, lowest ({window} window)": round(min(own["en"]), 2),
     f"readings whose top language was not their own ({window} window)": len(other),
     f"highest probability of a wrong top language ({window} window)":
         round(max((p for p, _ in other), default=0.0), 2),
-    f"Mandarin: zh, lowest ({CONFIRM_WINDOW_S:.0f} s window)": round(min(confirm_own["zh"]), 2),
-    f"highest probability of a wrong top language ({CONFIRM_WINDOW_S:.0f} s window)":
-        round(max(confirm_other, default=0.0), 2),
+    "English: highest ln p(zh)/p(en)": f"{en_high[0]:.2f} ({en_high[1]})",
+    "Mandarin: lowest ln p(zh)/p(en)": f"{zh_low[0]:.2f} ({zh_low[1]})",
+    "margin between them": round(zh_low[0] - en_high[0], 2),
     "readings Asr.language decided wrong": len(wrong),
 }
 amd = os.environ.get("CT2_USE_MKL") == "0"
