@@ -98,6 +98,9 @@ class TurnMetrics:
     "done" or "stopped"; a pause for the user's words is not counted)."""
     reply_gaps: int | None = None
     """How many pieces came after the one before had played out (`reply_gap_ms`)."""
+    reply_audio_ms: float | None = None
+    """The reply's speech as synthesised, all its pieces: how long it takes to hear it out
+    (what the spoken-reply budget bounds)."""
     heard_chars: int | None = None
     """Barge-in: characters of the reply the user heard; the history keeps only those."""
     handoff_ms: float | None = None

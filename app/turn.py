@@ -248,6 +248,8 @@ class Turn:
             if self.cancel.is_set():
                 return
             self.pieces[chunk.index] = chunk.text
+            self.metrics.reply_audio_ms = round((self.metrics.reply_audio_ms or 0.0)
+                                                + len(chunk.pcm) * 1000 / chunk.sample_rate, 1)
             if self.collect is not None:
                 self.collect.append(chunk)
             hold = not self._published or self._voice_back or bool(self._held) \

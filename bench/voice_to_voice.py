@@ -70,7 +70,7 @@ MAX_TOKENS = 40
 FIGURES = ["v2v_ms", "probe_v2v_ms", "eot_wait_ms", "asr_ms", "asr_after_speech_ms",
            "ttft_ms", "first_piece_ms", "first_piece_tokens", "tts_first_audio_ms",
            "transport_ms", "playback_ms", "handoff_ms", "ms_per_token", "reply_tokens",
-           "reply_gap_ms"]
+           "reply_gap_ms", "reply_audio_ms"]
 PROBE_JS = (Path(__file__).parent / "probe.js").read_text()
 OFFLINE = ["--max-tokens", str(MAX_TOKENS), "--edge-proxy", "http://127.0.0.1:9"]
 # the revision before the streaming path had no --preset: its demo settings, spelled out

@@ -51,6 +51,8 @@ def test_voice_turn_fills_every_figure(agent):
     assert [c.index for c in chunks] == list(range(len(chunks)))
     pcm = np.concatenate([c.pcm for c in chunks])
     assert np.abs(pcm).max() > 1000
+    # the reply's speech, all of it: what the spoken-reply budget bounds
+    assert abs(m.reply_audio_ms - sum(len(c.pcm) * 1000 / c.sample_rate for c in chunks)) < 1
     # spoken pieces are the reply, in order; the first is short
     assert " ".join(c.text for c in chunks).replace(" ", "") == \
         session.history[1]["content"].replace(" ", "")
