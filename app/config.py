@@ -161,10 +161,11 @@ class AsrConfig:
     detect_model: str = ""
     """Multilingual CTranslate2 dir that detects the language when `model` is English-only
     and the language is "auto"; speech in another language is transcribed by it."""
-    zh_prompt: str = ""
-    """A prompt for a Mandarin reading to start from ("": none). One asking for simplified
-    characters left fewer traditional ones, but after t2s (`simplify`) no lower a CER, and it
-    costs prompt tokens (`python -m bench.wer.mandarin`, docs/PERFORMANCE.md)."""
+    zh_prompt: str = "以下是普通话的句子，使用简体中文。"
+    """The prompt a Mandarin reading starts from ("": none). After t2s (`simplify`) it lowers
+    no CER, but without it Whisper leaves finished Mandarin sentences without a closing mark
+    far more often, and the end of turn then holds them (`python -m bench.wer.mandarin`,
+    `python -m bench.turn_detection`, docs/PERFORMANCE.md)."""
     simplify: bool = True
     """Mandarin transcripts in simplified characters (OpenCC's t2s); off only to measure what
     Whisper wrote."""

@@ -113,10 +113,10 @@ def unfinished_ending(text: str) -> str | None:
 
 def closed(text: str) -> bool:
     """Whether the ASR ended `text` with a closing mark: Whisper leaves it out where the
-    voice did not sound finished. Mandarin counts as closed: Whisper writes it with no marks
-    as often as with them."""
+    voice did not sound finished, in Mandarin as in English (where it nearly wrote one,
+    `Transcript.close_p` says so)."""
     stripped = text.rstrip(CLOSING_QUOTES)
-    return not stripped or is_cjk(stripped[-1]) or stripped.endswith(CLOSERS)
+    return not stripped or stripped.endswith(CLOSERS)
 
 
 class EndOfTurnModel:

@@ -100,14 +100,14 @@ def pauses_of(audio: np.ndarray, eager_ms: int) -> list[tuple[Pause, np.ndarray]
     return out
 
 
-def measure(clips: list[dict], asr: Asr, model: EndOfTurnModel | None, smart,
-            eager_ms: int) -> list[Clip]:
+def measure(clips: list[dict], folder: Path, asr: Asr, model: EndOfTurnModel | None, smart,
+            eager_ms: int, expect: str | None = None) -> list[Clip]:
     done = []
     for n, label in enumerate(clips, 1):
-        audio, _ = sf.read(SET / label["file"], dtype="float32")
+        audio, _ = sf.read(folder / label["file"], dtype="float32")
         clip = Clip(label, speech_end_ms=label["speech_end_s"] * 1000)
         for pause, heard in pauses_of(audio, eager_ms):
-            tr = asr.process(0, heard)
+            tr = asr.process(0, heard, expect=expect)
             pause.text, pause.asr_ms = tr.text, (tr.asr_end - tr.asr_start) * 1000
             pause.last_word_s, pause.close_p = tr.last_word_s, tr.close_p
             said, _ = heard_words(pause.text, pause.last_word_s)
@@ -232,8 +232,13 @@ def main() -> None:
     p.add_argument("--replay", type=Path, default=None,
                    help="decide again on the signals of a recorded run (its JSON)")
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--set", type=Path, default=SET,
+                   help="the labelled set's folder (its labels.json), e.g. assets/zh_set")
+    p.add_argument("--expect", default=None,
+                   help="the conversation's language so far, as the app passes it to ASR "
+                   "(zh: a Mandarin conversation's next words)")
     args = p.parse_args()
-    labels = json.loads((SET / "labels.json").read_text())
+    labels = json.loads((args.set / "labels.json").read_text())
     if args.replay is not None:
         old = json.loads(args.replay.read_text())["meta"]
         runs: dict[int, list[Clip]] = {}
@@ -245,7 +250,7 @@ def main() -> None:
                                 lb["speech_end_s"] * 1000) for lb in labels]
         report(runs, labels, old["command"] + f" (replayed: {' '.join(sys.argv[1:])})",
                "model" in " ".join(r for r in old.get("settings", SETTINGS)), args.out,
-               args.ready_ms)
+               args.ready_ms, args.set)
         return
     from app.smartturn import SmartTurn
 
@@ -268,16 +273,17 @@ def main() -> None:
                 endpoint = Endpoint("primary", server.base_url, server.served_name)
             model = EndOfTurnModel(endpoint)
             model.setup()
-        runs = {eager: measure(labels, asr, model, smart, eager) for eager in eagers}
+        runs = {eager: measure(labels, args.set, asr, model, smart, eager, args.expect)
+                for eager in eagers}
     finally:
         if server is not None:
             server.stop()
     report(runs, labels, "python -m bench.turn_detection " + " ".join(sys.argv[1:]),
-           model is not None, args.out, args.ready_ms)
+           model is not None, args.out, args.ready_ms, args.set)
 
 
 def report(runs: dict[int, list[Clip]], labels: list[dict], command: str, with_model: bool,
-           out: Path, ready_ms: float) -> None:
+           out: Path, ready_ms: float, folder: Path = SET) -> None:
     cfg = TurnConfig()
     settings = [s for s in SETTINGS if with_model or "model" not in s]
     results = [summarize(clips, s, cfg, ready_ms, eager) for eager, clips in runs.items()
@@ -285,7 +291,7 @@ def report(runs: dict[int, list[Clip]], labels: list[dict], command: str, with_m
     m = machine()
     meta = {"date": dt.date.today().isoformat(), "machine": m, "machine_line": describe(m),
             "command": command, "settings": settings, "ready_ms": ready_ms,
-            "clips": len(labels), "set": "assets/turns, " + ", ".join(
+            "clips": len(labels), "set": f"{folder.resolve().relative_to(ROOT)}, " + ", ".join(
                 sorted({lb["voice"] for lb in labels})),
             "asr_p50": {eager: round(percentile([p.asr_ms for c in clips for p in c.pauses],
                                                 50) or 0, 1)

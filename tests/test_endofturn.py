@@ -95,14 +95,16 @@ def test_finished_looking_words_the_asr_closed_with_no_mark_are_held_a_little():
     """Live in the page tiny.en wrote "We can take that rain" for "We could take the train
     or" and "Remind me, Lord" for "Remind me to order" at a 700-833 ms pause: no open
     ending, but no closing mark either. They wait `unmarked_ms` of silence, past such a
-    pause; a closed sentence (quotes after the mark too) or Mandarin commits at once."""
+    pause, and so does Mandarin Whisper left unclosed ("记得提醒我明天早上" before "把垃圾拿出去"
+    in the Mandarin set); a closed sentence (quotes after the mark too) commits at once."""
     detector = TurnDetector(TurnConfig("words", cap_ms=2000, unmarked_ms=1000), silence_ms=400)
-    for text in ("We can take that rain", "Remind me, Lord", "Please"):
+    for text in ("We can take that rain", "Remind me, Lord", "Please", "我们走吧",
+                 "记得提醒我明天早上"):
         verdict = detector.judge(1, text)
         assert (verdict.hold_ms, verdict.signal, verdict.detail) == \
             (1000, "words", "no closing mark"), text
     for text in ("We could take the train or catch a taxi.", 'She said "yes."', "Really?!",
-                 "我们走吧", "今天会下雨吗？"):
+                 "我们走吧。", "今天会下雨吗？", "今天会下雨吗?"):
         assert detector.judge(2, text).hold_ms == 0, text
     # a word guessed where the voice stopped leaves the words heard unclosed: held a little
     guessed = detector.judge(3, "Remind me to order it.", last_word_s=(1.7, 1.72))
