@@ -69,7 +69,10 @@ def stream_chat(endpoint: Endpoint, messages: list[dict], cfg: LlmConfig, turn_i
     try:
         stream = client.chat.completions.create(
             model=endpoint.model, messages=messages, stream=True, max_tokens=cfg.max_tokens,
-            temperature=cfg.temperature, stream_options={"include_usage": True},
+            temperature=cfg.temperature,
+            # usage with every chunk (vLLM's continuous usage): a reply the spoken-reply
+            # budget cuts off never reaches the final chunk that carries it
+            stream_options={"include_usage": True, "continuous_usage_stats": True},
             extra_body=extra,
         )
         with stream:

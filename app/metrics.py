@@ -38,7 +38,8 @@ class TurnMetrics:
     prompt_tokens: int | None = None
     """Prompt tokens, from the server's usage report."""
     cached_tokens: int | None = None
-    """Prompt tokens served from the prefix cache, when the server reports them."""
+    """Prompt tokens served from the prefix cache, when the server reports them (not for a
+    reply the spoken-reply budget ended: its stream closes before the usage details)."""
     llm_turn_ms: float | None = None
     """Chat request sent -> stream closed."""
     server_ttft_ms: float | None = None

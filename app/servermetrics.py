@@ -46,7 +46,8 @@ def snapshot(base_url: str, timeout_s: float = 2.0) -> dict[str, float] | None:
 @dataclass(frozen=True)
 class ServerView:
     requests: int
-    """Requests the server finished between the two snapshots."""
+    """Requests the server finished between the two snapshots (a stream the client closed,
+    as the spoken-reply budget does, is aborted: vLLM does not count it)."""
     ttft_ms: float | None
     itl_ms: float | None
     prefix_hit_tokens: int | None

@@ -30,7 +30,10 @@ def make_agent(endpoint, anchor_server, mode="sequential", max_tokens=40):
     anchor = Endpoint("anchor", anchor_server.base_url, anchor_server.served_name)
     cfg = AppConfig(primary=endpoint, anchor=anchor, ab_mode=mode,
                     persona=ROOT / "persona" / "small-en.md", language="en",
-                    llm=LlmConfig(max_tokens=max_tokens, repetition_penalty=1.15),
+                    # replies run to their end: the server counts an aborted one (the
+                    # spoken-reply budget's) as no request finished
+                    llm=LlmConfig(max_tokens=max_tokens, repetition_penalty=1.15,
+                                  reply_sentences=0),
                     tts=TtsConfig(engine="offline"))
     agent = Agent(cfg)
     agent.setup()

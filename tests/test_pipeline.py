@@ -17,7 +17,9 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def agent(endpoint, tmp_path_factory):
     cfg = AppConfig(primary=endpoint, persona=ROOT / "persona" / "small-en.md", language="en",
-                    llm=LlmConfig(max_tokens=40, repetition_penalty=1.15),
+                    # replies run to their end, so the server reports their cached prompt
+                    # tokens (a stream the spoken-reply budget closes gets no usage details)
+                    llm=LlmConfig(max_tokens=40, repetition_penalty=1.15, reply_sentences=0),
                     tts=TtsConfig(engine="offline"), keep_audio=tmp_path_factory.mktemp("heard"))
     a = Agent(cfg)
     a.setup()
