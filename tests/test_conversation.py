@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from app.anchor import AbJob
 from app.config import AppConfig, Endpoint, TurnConfig
 from app.conversation import Conversation
 from app.endofturn import TurnDetector
+from app.floor import Played, Started, Utterance
 from app.messages import EndOfTurn, PlayerReport, Transcript, VadEvent
 from app.metrics import TurnMetrics
 from app.session import Session
@@ -80,8 +82,8 @@ def talk(loop, script: list[tuple[str, float]]):
     session = Session("s")
     session.outbox = Outbox(loop)
     floor = conversation.floor(session)
-    floor.speaking = 3
     floor.turns[3] = Turn(session, TurnMetrics(3, "primary"), pieces={0: REPLY})
+    playing(conversation, session, 3)
 
     def sent() -> list[str]:
         loop.run_until_complete(asyncio.sleep(0))  # the Outbox hands over on its loop
@@ -93,6 +95,11 @@ def talk(loop, script: list[tuple[str, float]]):
         return out
 
     return conversation, session, sent
+
+
+def playing(conversation, session, turn_id: int, t_ms: float = 500.0) -> None:
+    """The page reports turn `turn_id`'s reply audible."""
+    conversation.on_report(session, PlayerReport("audible", turn_id, t_ms=t_ms))
 
 
 def event(kind: str, speech_ms: float = 500, seconds: float = 0.6,
@@ -368,9 +375,11 @@ def answered(conversation, session, turn_id: int = 3, last_voiced_ms: float = 10
     turn.commit("words: no open ending")
     turn.add_reply(REPLY)
     floor.turns[turn_id] = turn
-    floor.speaking = turn_id if playing else 0
-    floor.audible_ms = audible_ms if playing else None
-    floor.current = None if playing else turn
+    if playing:
+        globals()["playing"](conversation, session, turn_id, audible_ms)
+    else:  # the reply `talk` plays is over; this one is not audible yet
+        conversation.apply(session, Played(PlayerReport("stopped", floor.speaking, 0.0)))
+        conversation.apply(session, Started(turn_id, committed=True, model_go=True))
     session.next_turn = turn_id + 1
     return turn
 
@@ -519,15 +528,14 @@ def test_a_commit_by_verdict_ends_the_utterance_so_the_next_reply_is_checked(loo
     conversation, session, sent = talk(loop, [])
     floor = conversation.floor(session)
     answered(conversation, session, playing=False)
-    turn = floor.current
-    floor.utterance, floor.continues = "turn", turn
     spec = Turn(session, TurnMetrics(4, "primary"), 3000.0)
-    floor.current = spec
-    spec.judged(EndOfTurn(4, 0, "words", "no open ending", 0.0))
+    floor.turns[4] = spec
+    floor.state = replace(floor.state, utterance=Utterance.TURN, continues=3, current=4,
+                          committed=False)
     conversation._endpointer(session)  # the session's (Silero) endpointer, silent
-    conversation._commit_if_decided(session)
+    conversation.on_verdict(session, EndOfTurn(4, 0, "words", "no open ending", 0.0))
     assert spec.committed and floor.utterance is None and floor.continues is None
-    floor.speaking = 4
+    playing(conversation, session, 4)
     conversation.on_vad(session, event("speech_start", speech_ms=300, last_voiced_ms=9000))
     assert sent() == [] and floor.utterance == "over"
 
@@ -558,7 +566,9 @@ def test_a_turn_committed_before_its_transcript_is_continued(loop):
     floor = conversation.floor(session)
     first = Turn(session, TurnMetrics(3, "primary"), 1000.0, audio=np.ones(16000, np.float32))
     first.commit("silence 400 ms")
-    floor.turns[3], floor.current, floor.speaking, session.next_turn = first, first, 0, 4
+    floor.turns[3], session.next_turn = first, 4
+    conversation.apply(session, Played(PlayerReport("stopped", 3, 0.0)))  # `talk`'s reply
+    conversation.apply(session, Started(3, committed=True, model_go=True))
     conversation.on_vad(session, event("speech_start", speech_ms=300, last_voiced_ms=2000))
     assert floor.continues is first and first.cancel.is_set()
     conversation.on_vad(session, event("pause", seconds=1.0, last_voiced_ms=2500))
@@ -587,7 +597,7 @@ def test_the_continued_turns_anchor_request_is_given_up(loop):
     conversation.on_vad(session, event("pause", seconds=1.0, last_voiced_ms=2500))
     assert [j.turn for j in floor.anchor.waiting] == [older]
     assert agent.measured == [(3, False, True)]
-    floor.speaking = 4  # not idle: nothing is sent now
+    playing(conversation, session, 4)  # not idle: nothing is sent now
     conversation.handle(session, AbJob(first, []))  # its turn thread handed it over late
     assert [j.turn for j in floor.anchor.waiting] == [older] and len(agent.measured) == 2
 
@@ -707,7 +717,7 @@ def test_a_speculative_turns_model_request_waits_for_the_longer_silence():
     def watch() -> None:
         current = conversation.floor(session).current
         if current is not None and current.model_go.is_set():
-            seen.setdefault(current.turn_id, conversation._silence_ms(session))
+            seen.setdefault(current.turn_id, conversation._endpointer(session).silence_ms)
 
     speak(conversation, session, np.concatenate([question(), np.zeros(9600, np.float32)]),
           watch)
