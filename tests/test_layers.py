@@ -39,3 +39,31 @@ def test_the_app_has_no_import_circle():
     for start in sorted(graph):
         visit(start, [start])
     assert not circles, circles
+
+
+LAYERS = {
+    "records": {"app", "app.config", "app.messages", "app.metrics", "app.language",
+                "app.clock", "app.tts.base"},
+    "stages": {"app.vad", "app.asr", "app.asrhost", "app.audio", "app.llm", "app.budget",
+               "app.chunking", "app.endofturn", "app.smartturn", "app.interruption",
+               "app.padding", "app.servermetrics", "app.tts", "app.tts.edge",
+               "app.tts.espeak", "app.tts.kokoro", "app.tts.piper"},
+    "turn": {"app.session", "app.wire", "app.turn", "app.floor"},
+    "chain": {"app.pipeline", "app.anchor"},
+    "conversation": {"app.conversation"},
+    "web": {"app.ui", "app.hub", "app.transport", "app.views", "app.plots", "app.server",
+            "app.client", "app.prometheus"},
+    "operations": {"app.machine", "app.launch", "app.workers", "app.prepare", "app.__main__"},
+}
+"""The app's layers, lowest first (docs/ARCHITECTURE.md): a module imports from its own
+layer or lower ones only. The state machine (`app.floor`) sits below the chain it drives."""
+
+
+def test_imports_point_down_the_layers():
+    graph = app_imports()
+    rank = {m: i for i, layer in enumerate(LAYERS.values()) for m in layer}
+    assert set(graph) == set(rank), f"place these in a layer: {set(graph) ^ set(rank)}"
+    upward = [f"{m} -> {d}" for m, deps in graph.items() for d in deps
+              if d in rank and rank[d] > rank[m]]
+    assert not upward, upward
+    assert graph["app.floor"] <= {"app.messages"}  # pure: no session, no thread, no I/O
