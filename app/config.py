@@ -267,6 +267,9 @@ class AppConfig:
     """Cores the app runs on (empty: all)."""
     max_upload_mb: float = 20.0
     auth: tuple[str, str] | None = field(default=None, repr=False)
+    realtime_key: str = field(default="", repr=False)
+    """The bearer key of the OpenAI Realtime endpoint (app/realtime.py). Empty: the endpoint
+    is open where nothing else asks for credentials (no `--auth`), and off where it does."""
     max_sessions: int = 0
     """Live conversations this process serves at once (0: no limit); a page or script
     beyond it is told the agent is busy (app/hub.py). The right value is what
@@ -279,6 +282,9 @@ class AppConfig:
     keep_audio: Path | None = None
     """A folder where each voice turn's audio, as ASR read it, is written with its
     transcript (what the agent heard, for finding why it misheard); None: nothing is kept."""
+    record_events: Path | None = None
+    """A folder where each conversation's turn-taking events are written as JSON lines
+    (app/eventlog.py), to replay a conversation through the rules; None: not written."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -334,6 +340,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--keep-audio", type=Path, default=None, metavar="DIR",
                    help="write each voice turn's audio as ASR read it (SID-TURN.wav) and its "
                    "transcript (DIR/heard.tsv): what the agent heard")
+    g.add_argument("--record-events", type=Path, default=None, metavar="DIR",
+                   help="write each conversation's turn-taking events as JSON lines "
+                   "(DIR/DATE-SID.jsonl), to replay it through the rules")
     g.add_argument("--asr-threads", type=positive_int, default=None,
                    help="CTranslate2 threads for ASR on the CPU (default: one per ASR core; "
                    f"--demo: {DEMO_ASR_THREADS})")
@@ -420,6 +429,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--port", type=int, default=7860)
     g.add_argument("--auth", default=os.environ.get("VOICE_AGENT_AUTH", ""),
                    help="user:password; required when --host is not a loopback address")
+    g.add_argument("--realtime-key", default=os.environ.get("VOICE_AGENT_REALTIME_KEY", ""),
+                   help="bearer key of the OpenAI Realtime endpoint /v1/realtime (prefer the "
+                   "environment variable VOICE_AGENT_REALTIME_KEY); required for it wherever "
+                   "--auth is (any host but loopback)")
     g.add_argument("--max-sessions", type=non_negative_int, default=0,
                    help="live conversations served at once (0: no limit); more pages or "
                    "scripts are told the agent is busy. Choose it from python -m "
@@ -517,9 +530,11 @@ def from_args(args: argparse.Namespace) -> AppConfig:
         tts=TtsConfig(engine=args.tts, edge_voice_en=args.voice_en, edge_voice_zh=args.voice_zh,
                       piper_voice=args.piper_voice, edge_proxy=args.edge_proxy,
                       first_piece_words=args.first_piece_words, stand_in=args.tts_stand_in),
-        host=args.host, port=args.port, auth=auth, cpus=parse_cpus(args.cpus),
+        host=args.host, port=args.port, auth=auth, realtime_key=args.realtime_key,
+        cpus=parse_cpus(args.cpus),
         max_sessions=args.max_sessions, ssl_certfile=args.ssl_certfile,
         ssl_keyfile=args.ssl_keyfile, keep_audio=args.keep_audio,
+        record_events=args.record_events,
     )
 
 

@@ -17,11 +17,13 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from app.anchor import AbDone, AbJob, AnchorQueue
 from app.endofturn import TurnDetector
+from app.eventlog import EventLog
 from app.floor import (
     AcceptVerdict,
     ChainOver,
@@ -35,9 +37,11 @@ from app.floor import (
     Event,
     Floor,
     Heard,
+    HoldForVoice,
     Interrupt,
     Joinable,
     Judged,
+    Latest,
     Let,
     MicStop,
     Note,
@@ -47,6 +51,7 @@ from app.floor import (
     ResumePlayer,
     Rules,
     Silence,
+    StartAfter,
     Started,
     StartTurn,
     Status,
@@ -76,17 +81,6 @@ CHECK_SAMPLES = 4 * RATE  # audio an interruption check reads
 
 
 MIC_STOP = "mic_stop"
-VOICE_GONE_MS = 300
-"""After a commit, a voice back for less than an utterance lets the held reply go once it
-has been quiet this long (a click, a cough): longer than the gaps between a sentence's
-words. Any shorter, and on a GPU replies to half questions go out at such gaps and play
-over the rest of the question (docs/PERFORMANCE.md)."""
-UNHEARD_START_MS = 128
-"""Voice that starts an utterance after a commit while none of the reply has gone out: a
-short word said on is the user going on. In the labelled set "and" in "… the beach and" is
-barely longer than `VadConfig.min_speech_ms`; live it can start no utterance (fewer frames
-heard, or some before the commit), and the reply, released at `VOICE_GONE_MS`, is then
-heard in the pause after it."""
 TICK = "tick"
 TICK_S = 0.1
 CLOSED = "closed"
@@ -150,6 +144,9 @@ class Seat:
     """Recent turns by id, for the player's reports (written under the session's lock)."""
     lock: threading.RLock = field(default_factory=threading.RLock)
     """Held while an event is applied: one at a time, in order."""
+    log: EventLog | None = None
+    """The events applied, as JSON lines (`--record-events`)."""
+    log_path: Path | None = None
 
     # the state, read by name (tests, logs)
     def __getattr__(self, name: str):
@@ -190,7 +187,7 @@ class Conversation:
         cfg = self.agent.cfg
         return Rules(detector_on=self.detector.on, cap_ms=cfg.turn.cap_ms,
                      model_after_ms=cfg.vad.model_after_ms, barge_in_ms=cfg.vad.barge_in_ms,
-                     continue_ms=cfg.turn.continue_ms)
+                     continue_ms=cfg.turn.continue_ms, min_speech_ms=cfg.vad.min_speech_ms)
 
     def floor(self, session: Session) -> Seat:
         seat = self._seats.get(session.sid)
@@ -213,12 +210,17 @@ class Conversation:
         with seat.lock:
             self._apply(session, seat, event)
 
-    def _apply(self, session: Session, seat: Seat, event: Event) -> None:
+    def _apply(self, session: Session, seat: Seat, event: Event, follow: bool = False) -> None:
+        if self.agent.cfg.record_events is not None:
+            if seat.log is None:
+                seat.log = EventLog(self.agent.cfg.record_events, session.sid, seat.log_path)
+                seat.log_path = seat.log.path
+            seat.log.write(event, follow)
         seat.state, commands = step(self.rules, seat.state, event)
         for command in commands:
-            follow = self._do(session, seat, command)
-            if follow is not None:
-                self._apply(session, seat, follow)
+            answer = self._do(session, seat, command)
+            if answer is not None:
+                self._apply(session, seat, answer, follow=True)
 
     def _do(self, session: Session, seat: Seat, c: Command) -> Event | None:
         """Carry out one command; the event it produces, if any."""
@@ -246,6 +248,10 @@ class Conversation:
                 judged.judged(v)
             log.info("turn %s: end of turn by %s (%s): hold %s ms, decided in %s ms",
                      v.turn_id, v.signal, v.detail, v.hold_ms, v.cost_ms)
+        elif isinstance(c, HoldForVoice) and turn is not None:
+            turn.voice_back(c.back)
+        elif isinstance(c, StartAfter):
+            self._endpointer(session).start_after_ms = c.ms
         elif isinstance(c, EndAfter):
             self._endpointer(session).end_after_ms = c.ms
         elif isinstance(c, CloseUtterance):
@@ -281,6 +287,9 @@ class Conversation:
             for turn in list(seat.turns.values()):
                 turn.player_gone()
             seat.anchor.close()
+            if seat.log is not None:
+                seat.log.close()
+                seat.log = None
             if self._listeners.get(session.sid) is not None \
                     and self._listeners[session.sid].session is session:
                 del self._listeners[session.sid]
@@ -317,9 +326,14 @@ class Conversation:
         latest = self._latest_voice_turn(session)  # a commit starts no turn: the same after it
         if latest is not None:  # before a commit sends the audio it holds
             latest.mic_heard(session.clock.to_server(frame.captured_ms))
-        self.apply(session, Silence(endpointer.silence_ms, frame.captured_ms))
-        if latest is not None and latest.committed:
-            self._hold_for_voice(latest, endpointer)
+        self.apply(session, Silence(endpointer.silence_ms, frame.captured_ms,
+                                    endpointer.quiet_ms, self._committed(latest)))
+
+    @staticmethod
+    def _committed(turn: Turn | None) -> Latest | None:
+        if turn is None or not turn.committed:
+            return None
+        return Latest(turn.turn_id, turn.unheard)
 
     def on_vad(self, session: Session, event: VadEvent) -> None:
         seat, endpointer = self.floor(session), self._endpointer(session)
@@ -349,18 +363,6 @@ class Conversation:
             return None
         held = latest.verdict.hold_ms if latest.verdict is not None else 0
         return Joinable(latest.turn_id, latest.last_voiced_ms, held)
-
-    @staticmethod
-    def _hold_for_voice(latest: Turn, endpointer: Endpointer) -> None:
-        """A committed voice turn's reply waits while the user's voice is back and none of
-        it has gone to the page: the verdict may have taken a pause to think for the end
-        (a Whisper fragment such as "...a table for it."), and the utterance the voice
-        becomes cancels the reply unheard and joins its words (`Floor.continues`); until
-        some of it has gone, `UNHEARD_START_MS` of voice make that utterance."""
-        quiet = endpointer.quiet_ms
-        latest.voice_back(quiet is not None and quiet < VOICE_GONE_MS)
-        endpointer.start_after_ms = UNHEARD_START_MS if latest.unheard \
-            else endpointer.cfg.min_speech_ms
 
     def _endpointer(self, session: Session) -> Endpointer:
         endpointer = self._endpointers.get(session.sid)

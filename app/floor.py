@@ -36,6 +36,13 @@ from app.messages import EndOfTurn, PlayerReport, VadEvent
 ECHO_TAIL_MS = 200
 """Speech captured this soon after the paused reply went silent may still be its echo: the
 room's delay and reverberation, the browser's output buffer."""
+VOICE_GONE_MS = 300
+"""After a commit, a voice back for less than an utterance lets the held reply go once it
+has been quiet this long (a click, a cough): longer than the gaps between a sentence's
+words, or replies to half questions go out at such gaps and play over the rest."""
+UNHEARD_START_MS = 128
+"""Voice that starts an utterance after a commit while none of the reply has gone out: a
+short word said on ("and") is the user going on, though barely an utterance long."""
 REPORT_WAIT_MS = 1500
 """How long (in the microphone's time) a pending utterance that has ended waits for the
 page's report that the paused reply fell silent, before the pause's own time stands in
@@ -65,6 +72,7 @@ class Rules:
     model_after_ms: float = 128.0
     barge_in_ms: float = 500.0
     continue_ms: float = 0.0
+    min_speech_ms: float = 250.0
 
 
 # --- events --------------------------------------------------------------------------------
@@ -88,12 +96,24 @@ class Voice:
 
 
 @dataclass(frozen=True)
+class Latest:
+    """The newest voice turn, committed (the owner's facts): whether none of its reply has
+    gone to the page yet."""
+
+    turn_id: int
+    unheard: bool
+
+
+@dataclass(frozen=True)
 class Silence:
-    """A microphone frame was handled: the silence since the last voiced frame, and the
-    frame's browser time."""
+    """A microphone frame was handled: the silence since the last voiced frame (`quiet_ms`:
+    since any voice, even too short for an utterance; None: none since the last one), the
+    frame's browser time, and the newest committed voice turn."""
 
     silence_ms: float
     now_ms: float
+    quiet_ms: float | None = None
+    latest: Latest | None = None
 
 
 @dataclass(frozen=True)
@@ -228,6 +248,22 @@ class AcceptVerdict:
 
 
 @dataclass(frozen=True)
+class HoldForVoice:
+    """The committed turn's reply waits while the user's voice is back (`back`), and goes
+    when it is gone; once some of it went to the page this changes nothing."""
+
+    turn_id: int
+    back: bool
+
+
+@dataclass(frozen=True)
+class StartAfter:
+    """The endpointer starts an utterance after this much voice."""
+
+    ms: float
+
+
+@dataclass(frozen=True)
 class EndAfter:
     """The endpointer ends the utterance after this much silence."""
 
@@ -260,7 +296,8 @@ class Note:
 
 
 Command = (Check | PausePlayer | ResumePlayer | Interrupt | StartTurn | Commit | Drop
-           | ReleaseModel | AcceptVerdict | EndAfter | CloseUtterance | Status | Let | Note)
+           | ReleaseModel | AcceptVerdict | HoldForVoice | StartAfter | EndAfter
+           | CloseUtterance | Status | Let | Note)
 
 
 # --- the state -----------------------------------------------------------------------------
@@ -327,7 +364,7 @@ def step(rules: Rules, f: Floor, event: Event) -> Out:
     if isinstance(event, Deadline):
         return _decide_end(rules, f, estimate=True) if f.undecided is not None else (f, [])
     if isinstance(event, Silence):
-        return _silence(rules, replace(f, silence_ms=event.silence_ms), event.now_ms)
+        return _silence(rules, replace(f, silence_ms=event.silence_ms), event)
     if isinstance(event, Heard):
         return _heard(rules, f, event.check, event.said)
     if isinstance(event, Judged):
@@ -418,8 +455,17 @@ def _began_under_the_reply(f: Floor, e: VadEvent) -> bool:
         and e.last_voiced_ms - e.speech_ms < ended
 
 
-def _silence(r: Rules, f: Floor, now_ms: float) -> Out:
+def _silence(r: Rules, f: Floor, ev: Silence) -> Out:
+    now_ms, latest = ev.now_ms, ev.latest
     cmds: list[Command] = []
+    if latest is not None:
+        # a committed voice turn's reply waits while the user's voice is back and none of
+        # it has gone out: the verdict may have taken a pause to think for the end, and the
+        # utterance the voice becomes drops the reply unheard and joins its words; until
+        # some of it went out, a short word makes that utterance
+        back = ev.quiet_ms is not None and ev.quiet_ms < VOICE_GONE_MS
+        cmds += [HoldForVoice(latest.turn_id, back),
+                 StartAfter(UNHEARD_START_MS if latest.unheard else r.min_speech_ms)]
     if f.current and not f.model_go and f.silence_ms >= r.model_after_ms:
         # a short gap between words costs the shared model server nothing
         f, cmds = replace(f, model_go=True), [ReleaseModel(f.current)]

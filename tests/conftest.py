@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -147,7 +148,10 @@ def app_args(endpoint, anchor=None, max_tokens: int = 60) -> list[str]:
             # measurement itself is tested by test_demo, test_padding_server, test_hybrid)
             "--persona-block", "32",
             # a proxy that refuses connections: edge-tts fails here even on a networked box
-            "--edge-proxy", "http://127.0.0.1:9"]
+            "--edge-proxy", "http://127.0.0.1:9",
+            # RECORD_EVENTS=DIR: the conversations' events, to make replays (tests/replays)
+            *(["--record-events", os.environ["RECORD_EVENTS"]]
+              if os.environ.get("RECORD_EVENTS") else [])]
 
 
 @pytest.fixture(scope="session")

@@ -18,8 +18,9 @@ import pytest
 import soundfile as sf
 
 from app.config import AppConfig, Endpoint, TurnConfig
-from app.conversation import MIC_STOP, VOICE_GONE_MS, Conversation
+from app.conversation import MIC_STOP, Conversation
 from app.endofturn import TurnDetector, heard_words, normalize, unfinished_ending
+from app.floor import VOICE_GONE_MS
 from app.messages import EndOfTurn, MicFrame, PlayerReport, SpeechChunk, Transcript
 from app.metrics import TurnMetrics
 from app.session import Session

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
+from app import eventlog
 from app import floor as fl
 from app.floor import (
     ChainOver,
@@ -82,9 +83,15 @@ class World:
     outcomes: int = 0
     turns_made: int = 0
     violations: list[str] = field(default_factory=list)
+    sequence: list[str] = field(default_factory=list)
+    """Each outcome as it came: "turn" or "let: <reason>"."""
+    lines: list[str] | None = None
+    """The events applied, as `--record-events` writes them (when a list)."""
 
     # --- applying, as the owner does ----------------------------------------------------------
-    def apply(self, event) -> None:
+    def apply(self, event, follow: bool = False) -> None:
+        if self.lines is not None:
+            self.lines.append(eventlog.line(event, follow))
         self.f, cmds = step(self.rules, self.f, event)
         kinds = {type(c) for c in cmds}
         if ResumePlayer in kinds and kinds & {StartTurn, Commit, Interrupt}:
@@ -92,9 +99,9 @@ class World:
         if ResumePlayer in kinds and self.f.utterance not in (None, Utterance.RESUMED):
             self.violations.append(f"resumed while the utterance is {self.f.utterance}")
         for c in cmds:
-            follow = self.do(c)
-            if follow is not None:
-                self.apply(follow)
+            answer = self.do(c)
+            if answer is not None:
+                self.apply(answer, follow=True)
 
     def do(self, c):
         if isinstance(c, Check):
@@ -108,6 +115,7 @@ class World:
             self.commit(c.turn_id)
         elif isinstance(c, Let):
             self.outcomes += 1
+            self.sequence.append(f"let: {c.reason}")
         elif isinstance(c, Drop):
             self.cancelled.add(c.turn_id)
         elif isinstance(c, Interrupt):
@@ -131,6 +139,7 @@ class World:
 
     def commit(self, turn_id: int) -> None:
         self.outcomes += 1
+        self.sequence.append("turn")
         self.turns_made += 1
         if self.playing and not self.page_paused:
             self.violations.append(f"turn {turn_id} committed while {self.playing} plays")
@@ -260,10 +269,15 @@ WORLDS = st.tuples(RULES, st.booleans(), ACTIONS, st.lists(st.sampled_from(SAID)
 """(rules, whether a reply plays at the start, the world's actions, what the checks hear)"""
 
 
-def run(world_spec) -> list[str]:
-    """Play one world; the invariants it broke."""
+def run(world_spec, lines: list[str] | None = None) -> list[str]:
+    """Play one world; the invariants it broke (`lines`: its events written there)."""
+    return play(world_spec, lines).violations
+
+
+def play(world_spec, lines: list[str] | None = None) -> World:
     rules, playing, actions, said = world_spec
-    w = over_a_reply(rules, list(said)) if playing else World(rules, list(said))
+    w = over_a_reply(rules, list(said), lines) if playing else World(rules, list(said),
+                                                                         lines=lines)
     for action, x in actions:
         if action == "talk":
             w.talk(x)
@@ -279,7 +293,7 @@ def run(world_spec) -> list[str]:
         else:
             getattr(w, action)()
     w.finish()
-    return w.violations
+    return w
 
 
 PROPERTY = settings(max_examples=300, deadline=None,
@@ -355,9 +369,9 @@ def test_each_invariant_catches_a_broken_transition(broken, monkeypatch):
 
 
 # --- the cases the field reports named --------------------------------------------------------
-def over_a_reply(rules: Rules, said: list[str]) -> World:
+def over_a_reply(rules: Rules, said: list[str], lines: list[str] | None = None) -> World:
     """A reply (turn 1) plays; the user is silent."""
-    w = World(rules, said)
+    w = World(rules, said, lines=lines)
     w.committed[1] = 0.0
     w.queued.append(1)
     w.next_id = 2
@@ -431,3 +445,15 @@ def test_step_is_pure():
     e = Voice(VadEvent("speech_long", 900.0, np.zeros(8000, np.float32), 500.0, 900.0))
     before = replace(f)
     assert step(Rules(), f, e) == step(Rules(), f, e) and f == before
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=WORLDS)
+def test_a_recorded_world_replays_to_the_same_outcomes(spec, tmp_path_factory):
+    """`--record-events` writes what a replay needs: the inputs replayed through `step`,
+    with the checks answered from the recording, give each stretch the same outcome."""
+    lines: list[str] = []
+    w = play(spec, lines)
+    path = tmp_path_factory.mktemp("rec") / "world.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert eventlog.replay(eventlog.read(path), w.rules).outcomes == w.sequence

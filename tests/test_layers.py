@@ -48,11 +48,12 @@ LAYERS = {
                "app.chunking", "app.endofturn", "app.smartturn", "app.interruption",
                "app.padding", "app.servermetrics", "app.tts", "app.tts.edge",
                "app.tts.espeak", "app.tts.kokoro", "app.tts.piper"},
-    "turn": {"app.session", "app.wire", "app.turn", "app.floor"},
+    "turn": {"app.session", "app.wire", "app.turn", "app.floor", "app.eventlog"},
     "chain": {"app.pipeline", "app.anchor"},
     "conversation": {"app.conversation"},
     "web": {"app.ui", "app.hub", "app.transport", "app.views", "app.plots", "app.server",
-            "app.client", "app.prometheus"},
+            "app.client", "app.prometheus", "app.realtime", "app.realtime_out",
+            "app.realtime_reply", "app.realtime_protocol", "app.realtime_audio"},
     "operations": {"app.machine", "app.launch", "app.workers", "app.prepare", "app.__main__"},
 }
 """The app's layers, lowest first (docs/ARCHITECTURE.md): a module imports from its own
