@@ -265,8 +265,10 @@ ACTIONS = st.lists(st.one_of(
     st.tuples(st.just("typed"), st.just(0.0)),
     st.tuples(st.just("mic_stop"), st.just(0.0)),
 ), max_size=30)
-WORLDS = st.tuples(RULES, st.booleans(), ACTIONS, st.lists(st.sampled_from(SAID), max_size=20))
-"""(rules, whether a reply plays at the start, the world's actions, what the checks hear)"""
+WORLDS = st.tuples(RULES, st.sampled_from(["silent", "playing", "queued"]), ACTIONS,
+                   st.lists(st.sampled_from(SAID), max_size=20))
+"""(rules, the start: the agent silent, its reply playing or on its way, the world's actions,
+what the checks hear)"""
 
 
 def run(world_spec, lines: list[str] | None = None) -> list[str]:
@@ -275,9 +277,9 @@ def run(world_spec, lines: list[str] | None = None) -> list[str]:
 
 
 def play(world_spec, lines: list[str] | None = None) -> World:
-    rules, playing, actions, said = world_spec
-    w = over_a_reply(rules, list(said), lines) if playing else World(rules, list(said),
-                                                                         lines=lines)
+    rules, start, actions, said = world_spec
+    w = World(rules, list(said), lines=lines) if start == "silent" else \
+        over_a_reply(rules, list(said), lines, audible=start == "playing")
     for action, x in actions:
         if action == "talk":
             w.talk(x)
@@ -369,15 +371,17 @@ def test_each_invariant_catches_a_broken_transition(broken, monkeypatch):
 
 
 # --- the cases the field reports named --------------------------------------------------------
-def over_a_reply(rules: Rules, said: list[str], lines: list[str] | None = None) -> World:
-    """A reply (turn 1) plays; the user is silent."""
+def over_a_reply(rules: Rules, said: list[str], lines: list[str] | None = None,
+                 audible: bool = True) -> World:
+    """A reply (turn 1) plays (or, `audible` off, is on its way); the user is silent."""
     w = World(rules, said, lines=lines)
     w.committed[1] = 0.0
     w.queued.append(1)
     w.next_id = 2
     w.gap(200)
-    w.audible()
-    w.gap(500)
+    if audible:
+        w.audible()
+        w.gap(500)
     return w
 
 
