@@ -41,9 +41,19 @@ MIC_IDLE_S = 1.0
 """No frame handled for this long: the microphone is off, the first audio waits for none."""
 
 
-def _set(event: threading.Event) -> threading.Event:
-    event.set()
-    return event
+class Signal(threading.Event):
+    """A flag of the turn that also wakes whoever waits on the turn (`Turn._changed`)."""
+
+    def __init__(self, changed: threading.Condition, on: bool = False) -> None:
+        super().__init__()
+        self._changed = changed
+        if on:
+            super().set()
+
+    def set(self) -> None:
+        super().set()
+        with self._changed:
+            self._changed.notify_all()
 
 
 @dataclass
@@ -52,8 +62,8 @@ class Turn:
     metrics: TurnMetrics
     last_voiced_ms: float | None = None
     """Browser time of the user's last voiced frame (voice turns from the microphone)."""
-    cancel: threading.Event = field(default_factory=threading.Event)
-    model_go: threading.Event = field(default_factory=lambda: _set(threading.Event()))
+    cancel: Signal = field(init=False)
+    model_go: Signal = field(init=False)
     """The turn may send its model request: set unless the turn-taking holds a speculative
     turn's request for a longer silence (`VadConfig.model_after_ms`)."""
     stamps: dict[str, float] = field(default_factory=dict)
@@ -101,6 +111,13 @@ class Turn:
     _to_page: bool = False
     """Audio or an "end" went to a page: its player will report "done" or "stopped"."""
     _player_over: bool = False
+    _changed: threading.Condition = field(default_factory=threading.Condition, repr=False)
+    """Notified when the turn is committed, cancelled or its model request released: the
+    chain waits on it, without polling."""
+
+    def __post_init__(self) -> None:
+        self.cancel = Signal(self._changed)
+        self.model_go = Signal(self._changed, on=True)
 
     @property
     def turn_id(self) -> int:
@@ -137,6 +154,8 @@ class Turn:
         with self.session.lock:
             self._committed = True
             self._publish_if_ready()
+        with self._changed:
+            self._changed.notify_all()
         self._settle()
 
     def discard(self) -> None:
@@ -148,20 +167,15 @@ class Turn:
     def wait_model_go(self, timeout_s: float = 30.0) -> bool:
         """Block until the model request may go (True) or the turn is dropped (False); a
         turn nothing released nor dropped in `timeout_s` is dropped, as `wait_decided`."""
-        deadline = time.monotonic() + timeout_s
-        while not self.model_go.wait(0.01):
-            if self.cancel.is_set() or time.monotonic() > deadline:
-                return False
-        return not self.cancel.is_set()
+        with self._changed:
+            self._changed.wait_for(lambda: self.model_go.is_set() or self.cancel.is_set(),
+                                   timeout_s)
+        return self.model_go.is_set() and not self.cancel.is_set()
 
     def wait_decided(self, timeout_s: float = 30.0) -> bool:
         """Block until the turn is committed (True) or cancelled (False)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._committed:
-                return True
-            if self.cancel.wait(0.01):
-                return False
+        with self._changed:
+            self._changed.wait_for(lambda: self._committed or self.cancel.is_set(), timeout_s)
         return self._committed
 
     # --- what the stages produce --------------------------------------------------------------
