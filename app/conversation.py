@@ -24,7 +24,8 @@ import numpy as np
 from app.anchor import AbDone, AbJob, AnchorQueue
 from app.endofturn import TurnDetector
 from app.eventlog import EventLog
-from app.floor import (
+from app.floor import step
+from app.floor_types import (
     AcceptVerdict,
     ChainOver,
     Check,
@@ -57,7 +58,6 @@ from app.floor import (
     Status,
     Typed,
     Voice,
-    step,
 )
 from app.interruption import verdict
 from app.messages import (

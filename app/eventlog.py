@@ -22,12 +22,13 @@ from pathlib import Path
 import numpy as np
 
 from app import floor as fl
+from app import floor_types as ft
 from app.messages import EndOfTurn, PlayerReport, VadEvent
 
 EVENTS = {cls.__name__: cls for cls in (
-    fl.Voice, fl.Silence, fl.Heard, fl.Judged, fl.Played, fl.Started, fl.ChainOver,
-    fl.Typed, fl.MicStop, fl.Deadline)}
-NESTED = {"vad": VadEvent, "joinable": fl.Joinable, "latest": fl.Latest, "check": fl.Check,
+    ft.Voice, ft.Silence, ft.Heard, ft.Judged, ft.Played, ft.Started, ft.ChainOver,
+    ft.Typed, ft.MicStop, ft.Deadline)}
+NESTED = {"vad": VadEvent, "joinable": ft.Joinable, "latest": ft.Latest, "check": ft.Check,
           "verdict": EndOfTurn, "report": PlayerReport}
 
 
@@ -106,35 +107,35 @@ class Replay:
     player: list[str] = field(default_factory=list)
 
 
-def replay(events: Iterable[tuple[object, bool]], rules: fl.Rules) -> Replay:
+def replay(events: Iterable[tuple[object, bool]], rules: ft.Rules) -> Replay:
     """Apply the recorded inputs to `step`; commands are answered from the recording."""
     events = list(events)
-    heard = [e.said for e, follow in events if follow and isinstance(e, fl.Heard)]
-    started = [e.turn_id for e, follow in events if follow and isinstance(e, fl.Started)]
-    out, state = Replay(), fl.Floor()
-    next_id = max([e.turn_id for e, _ in events if isinstance(e, fl.Started)] or [0]) + 1
+    heard = [e.said for e, follow in events if follow and isinstance(e, ft.Heard)]
+    started = [e.turn_id for e, follow in events if follow and isinstance(e, ft.Started)]
+    out, state = Replay(), ft.Floor()
+    next_id = max([e.turn_id for e, _ in events if isinstance(e, ft.Started)] or [0]) + 1
 
     def apply(event) -> None:
         nonlocal state, next_id
         state, commands = fl.step(rules, state, event)
         for c in commands:
-            if isinstance(c, fl.Check):
-                apply(fl.Heard(c, heard.pop(0) if heard else "words"))
-            elif isinstance(c, fl.StartTurn):
+            if isinstance(c, ft.Check):
+                apply(ft.Heard(c, heard.pop(0) if heard else "words"))
+            elif isinstance(c, ft.StartTurn):
                 if started:
                     turn_id = started.pop(0)
                 else:
                     turn_id, next_id = next_id, next_id + 1
                 if c.commit is not None:
                     out.outcomes.append("turn")
-                apply(fl.Started(turn_id, c.commit is not None, c.model_go))
-            elif isinstance(c, fl.Commit):
+                apply(ft.Started(turn_id, c.commit is not None, c.model_go))
+            elif isinstance(c, ft.Commit):
                 out.outcomes.append("turn")
-            elif isinstance(c, fl.Let):
+            elif isinstance(c, ft.Let):
                 out.outcomes.append(f"let: {c.reason}")
-            elif isinstance(c, fl.PausePlayer | fl.ResumePlayer):
+            elif isinstance(c, ft.PausePlayer | ft.ResumePlayer):
                 out.player.append(type(c).__name__)
-            elif isinstance(c, fl.Interrupt) and (c.playing or c.current):
+            elif isinstance(c, ft.Interrupt) and (c.playing or c.current):
                 out.player.append("Interrupt")
 
     for event, follow in events:

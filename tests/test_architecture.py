@@ -9,7 +9,8 @@ import re
 
 import pytest
 
-from app.floor import TABLE, Floor
+from app.floor import TABLE
+from app.floor_types import Floor
 from tests.conftest import ROOT
 
 DOC = ROOT / "docs" / "ARCHITECTURE.md"

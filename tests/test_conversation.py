@@ -17,7 +17,7 @@ from app.anchor import AbJob
 from app.config import AppConfig, Endpoint, TurnConfig
 from app.conversation import Conversation
 from app.endofturn import TurnDetector
-from app.floor import Played, Started, Utterance
+from app.floor_types import Played, Started, Utterance
 from app.messages import EndOfTurn, PlayerReport, Transcript, VadEvent
 from app.metrics import TurnMetrics
 from app.session import Session

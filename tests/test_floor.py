@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from app import eventlog
 from app import floor as fl
-from app.floor import (
+from app.floor import step
+from app.floor_types import (
     ChainOver,
     Check,
     CloseUtterance,
@@ -40,7 +41,6 @@ from app.floor import (
     Typed,
     Utterance,
     Voice,
-    step,
 )
 from app.messages import EndOfTurn, PlayerReport, VadEvent
 

@@ -48,7 +48,8 @@ LAYERS = {
                "app.chunking", "app.endofturn", "app.smartturn", "app.interruption",
                "app.padding", "app.servermetrics", "app.tts", "app.tts.edge",
                "app.tts.espeak", "app.tts.kokoro", "app.tts.piper"},
-    "turn": {"app.session", "app.wire", "app.turn", "app.floor", "app.eventlog"},
+    "turn": {"app.session", "app.wire", "app.turn", "app.floor", "app.floor_types",
+             "app.eventlog"},
     "chain": {"app.pipeline", "app.anchor"},
     "conversation": {"app.conversation"},
     "web": {"app.ui", "app.hub", "app.transport", "app.views", "app.plots", "app.server",
@@ -67,4 +68,5 @@ def test_imports_point_down_the_layers():
     upward = [f"{m} -> {d}" for m, deps in graph.items() for d in deps
               if d in rank and rank[d] > rank[m]]
     assert not upward, upward
-    assert graph["app.floor"] <= {"app.messages"}  # pure: no session, no thread, no I/O
+    # pure: no session, no thread, no I/O
+    assert graph["app.floor"] <= {"app.messages", "app.floor_types"}
