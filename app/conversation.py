@@ -214,6 +214,8 @@ class Conversation:
         if self.agent.cfg.record_events is not None:
             if seat.log is None:
                 seat.log = EventLog(self.agent.cfg.record_events, session.sid, seat.log_path)
+                if seat.log_path is None:
+                    seat.log.write(self.rules)  # what a replay applies the events under
                 seat.log_path = seat.log.path
             seat.log.write(event, follow)
         seat.state, commands = step(self.rules, seat.state, event)

@@ -1,12 +1,12 @@
 """A conversation's turn-taking events as JSON lines (`--record-events DIR`), and their
 replay through `app.floor.step`.
 
-The owner writes every event it applies: the inputs (the endpointer's events, each frame's
-silence, the verdicts, the player's reports, typed turns, the microphone's stop) and,
-marked `follow`, the answers its commands got (a check's words, a started turn's id).
-Audio is not written, only its length. A replay applies the inputs in order to `step` and
-answers its commands from the recorded answers, so a change to the rules is judged on what
-the user did, not on what the old rules decided.
+The owner writes the conversation's rules first, then every event it applies: the inputs
+(the endpointer's events, each frame's silence, the verdicts, the player's reports, typed
+turns, the microphone's stop) and, marked `follow`, the answers its commands got (a
+check's words, a started turn's id). Audio is not written, only its length. A replay
+applies the inputs in order to `step` and answers its commands from the recorded answers,
+so a change to the rules is judged on what the user did, not on what the old rules decided.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from app.messages import EndOfTurn, PlayerReport, VadEvent
 
 EVENTS = {cls.__name__: cls for cls in (
     ft.Voice, ft.Silence, ft.Heard, ft.Judged, ft.Played, ft.Started, ft.ChainOver,
-    ft.Typed, ft.MicStop, ft.Deadline)}
+    ft.Typed, ft.MicStop, ft.Deadline, ft.Rules)}
 NESTED = {"vad": VadEvent, "joinable": ft.Joinable, "latest": ft.Latest, "check": ft.Check,
           "verdict": EndOfTurn, "report": PlayerReport}
 
@@ -101,18 +101,23 @@ class EventLog:
 @dataclass
 class Replay:
     """What a recording's inputs made under today's rules: each voiced stretch's outcome,
-    in order ("turn", or "let: <reason>"), and the player commands sent."""
+    in order ("turn"; "continues": a turn that goes on from the last one, which it
+    withdraws; or "let: <reason>"), and the player commands sent."""
 
     outcomes: list[str] = field(default_factory=list)
     player: list[str] = field(default_factory=list)
 
 
-def replay(events: Iterable[tuple[object, bool]], rules: ft.Rules) -> Replay:
-    """Apply the recorded inputs to `step`; commands are answered from the recording."""
+def replay(events: Iterable[tuple[object, bool]], rules: ft.Rules | None = None) -> Replay:
+    """Apply the recorded inputs to `step`; commands are answered from the recording. The
+    rules are the recording's own (its first line), unless `rules` are given."""
     events = list(events)
+    recorded = [e for e, _ in events if isinstance(e, ft.Rules)]
+    rules = rules or (recorded[0] if recorded else ft.Rules())
+    events = [(e, follow) for e, follow in events if not isinstance(e, ft.Rules)]
     heard = [e.said for e, follow in events if follow and isinstance(e, ft.Heard)]
     started = [e.turn_id for e, follow in events if follow and isinstance(e, ft.Started)]
-    out, state = Replay(), ft.Floor()
+    out, state, continuing = Replay(), ft.Floor(), set()
     next_id = max([e.turn_id for e, _ in events if isinstance(e, ft.Started)] or [0]) + 1
 
     def apply(event) -> None:
@@ -126,11 +131,13 @@ def replay(events: Iterable[tuple[object, bool]], rules: ft.Rules) -> Replay:
                     turn_id = started.pop(0)
                 else:
                     turn_id, next_id = next_id, next_id + 1
+                if c.continues:
+                    continuing.add(turn_id)
                 if c.commit is not None:
-                    out.outcomes.append("turn")
+                    out.outcomes.append("continues" if c.continues else "turn")
                 apply(ft.Started(turn_id, c.commit is not None, c.model_go))
             elif isinstance(c, ft.Commit):
-                out.outcomes.append("turn")
+                out.outcomes.append("continues" if c.turn_id in continuing else "turn")
             elif isinstance(c, ft.Let):
                 out.outcomes.append(f"let: {c.reason}")
             elif isinstance(c, ft.PausePlayer | ft.ResumePlayer):

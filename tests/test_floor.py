@@ -78,6 +78,7 @@ class World:
     next_id: int = 1
     committed: dict[int, float] = field(default_factory=dict)
     cancelled: set[int] = field(default_factory=set)
+    continuing: set[int] = field(default_factory=set)
     # what the invariants count
     stretches: int = 0
     outcomes: int = 0
@@ -108,6 +109,8 @@ class World:
             return Heard(c, self.said.pop(0) if self.said else "words")
         if isinstance(c, StartTurn):
             turn_id, self.next_id = self.next_id, self.next_id + 1
+            if c.continues:
+                self.continuing.add(turn_id)
             if c.commit is not None:
                 self.commit(turn_id)
             return Started(turn_id, c.commit is not None, c.model_go)
@@ -139,7 +142,7 @@ class World:
 
     def commit(self, turn_id: int) -> None:
         self.outcomes += 1
-        self.sequence.append("turn")
+        self.sequence.append("continues" if turn_id in self.continuing else "turn")
         self.turns_made += 1
         if self.playing and not self.page_paused:
             self.violations.append(f"turn {turn_id} committed while {self.playing} plays")
