@@ -13,52 +13,16 @@ here.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
+from app import floor_types as ft
 from app.anchor import AbDone, AbJob, AnchorQueue
 from app.endofturn import TurnDetector
 from app.eventlog import EventLog
 from app.floor import step
-from app.floor_types import (
-    AcceptVerdict,
-    ChainOver,
-    Check,
-    CloseUtterance,
-    Command,
-    Commit,
-    Deadline,
-    Drop,
-    EndAfter,
-    Event,
-    Floor,
-    Heard,
-    HoldForVoice,
-    Interrupt,
-    Joinable,
-    Judged,
-    Latest,
-    Let,
-    MicStop,
-    Note,
-    PausePlayer,
-    Played,
-    ReleaseModel,
-    ResumePlayer,
-    Rules,
-    Silence,
-    StartAfter,
-    Started,
-    StartTurn,
-    Status,
-    Typed,
-    Voice,
-)
 from app.interruption import verdict
 from app.messages import (
     RATE,
@@ -71,6 +35,7 @@ from app.messages import (
 )
 from app.metrics import TurnMetrics
 from app.pipeline import Agent
+from app.seat import CLOSED, JOIN_MAX_S, MIC_STOP, Item, Listener, Seat
 from app.session import Session
 from app.turn import Turn
 from app.vad import Endpointer
@@ -78,97 +43,6 @@ from app.vad import Endpointer
 log = logging.getLogger(__name__)
 KEEP_TURNS = 20  # recent turns kept for late player reports
 CHECK_SAMPLES = 4 * RATE  # audio an interruption check reads
-
-
-MIC_STOP = "mic_stop"
-TICK = "tick"
-TICK_S = 0.1
-CLOSED = "closed"
-Item = MicBytes | MicFrame | PlayerReport | EndOfTurn | ChainOver | AbJob | AbDone | str
-JOIN_MAX_S = 20.0
-"""A continuation joins at most this much earlier audio: a story told sentence by sentence
-is not transcribed again from its start at every pause."""
-
-
-class Listener:
-    """A session's turn-taking thread: frames, reports and verdicts in, decisions out."""
-
-    def __init__(self, session: Session, handle,  # Conversation.handle
-                 decode: Callable[[MicBytes], MicFrame] | None = None) -> None:
-        """`decode`: a socket's microphone messages (`MicBytes`) into frames, here, so the
-        event loop only moves bytes; one it refuses is answered with an error message."""
-        self.session, self._handle, self._decode = session, handle, decode
-        self.items: queue.Queue = queue.Queue(maxsize=1000)  # many seconds of frames
-        self.thread = threading.Thread(target=self._run, daemon=True,
-                                       name=f"turns-{session.sid[:8]}")
-        self.thread.start()
-
-    def put(self, item: Item) -> None:
-        try:
-            self.items.put_nowait(item)
-        except queue.Full:
-            log.warning("session %s: turn-taking behind, %s dropped", self.session.sid[:8],
-                        type(item).__name__)
-
-    def close(self) -> None:
-        self.items.put(CLOSED)
-
-    def _run(self) -> None:
-        while True:
-            try:
-                item = self.items.get(timeout=TICK_S)
-            except queue.Empty:
-                item = TICK  # no frames (the microphone is off): the A/B may still be due
-            if isinstance(item, MicBytes):
-                try:
-                    item = self._decode(item)
-                except ValueError as exc:  # said to the page; the frames after it go on
-                    self.session.send_event({"type": "error", "message": str(exc)})
-                    continue
-            try:
-                self._handle(self.session, item)
-            except Exception:  # a bug here must not silence the microphone for good
-                log.exception("turn-taking failed on %r", item)
-            if item == CLOSED:
-                return
-
-
-@dataclass
-class Seat:
-    """One session's turn-taking: the state `step` writes, and what its commands act on."""
-
-    anchor: AnchorQueue
-    """The A/B anchor's requests, sent while the conversation is idle."""
-    state: Floor = field(default_factory=Floor)
-    turns: dict[int, Turn] = field(default_factory=dict)
-    """Recent turns by id, for the player's reports (written under the session's lock)."""
-    lock: threading.RLock = field(default_factory=threading.RLock)
-    """Held while an event is applied: one at a time, in order."""
-    log: EventLog | None = None
-    """The events applied, as JSON lines (`--record-events`)."""
-    log_path: Path | None = None
-
-    # the state, read by name (tests, logs)
-    def __getattr__(self, name: str):
-        if name.startswith("_") or name not in Floor.__dataclass_fields__:
-            raise AttributeError(name)
-        return getattr(self.state, name)
-
-    @property
-    def current(self) -> Turn | None:
-        return self.turns.get(self.state.current) if self.state.current else None
-
-    @property
-    def continues(self) -> Turn | None:
-        return self.turns.get(self.state.continues) if self.state.continues else None
-
-    def __setattr__(self, name: str, value) -> None:
-        if name in Floor.__dataclass_fields__:
-            raise AttributeError(f"{name} is the Floor's: only app.floor.step writes it")
-        super().__setattr__(name, value)
-
-    def latest(self) -> Turn | None:
-        return self.turns[max(self.turns)] if self.turns else None
 
 
 class Conversation:
@@ -183,9 +57,9 @@ class Conversation:
         self._seats: dict[str, Seat] = {}
 
     @property
-    def rules(self) -> Rules:
+    def rules(self) -> ft.Rules:
         cfg = self.agent.cfg
-        return Rules(detector_on=self.detector.on, cap_ms=cfg.turn.cap_ms,
+        return ft.Rules(detector_on=self.detector.on, cap_ms=cfg.turn.cap_ms,
                      model_after_ms=cfg.vad.model_after_ms, barge_in_ms=cfg.vad.barge_in_ms,
                      continue_ms=cfg.turn.continue_ms, min_speech_ms=cfg.vad.min_speech_ms)
 
@@ -203,14 +77,14 @@ class Conversation:
         return listener
 
     # --- applying events -------------------------------------------------------------------
-    def apply(self, session: Session, event: Event) -> None:
+    def apply(self, session: Session, event: ft.Event) -> None:
         """Apply one event and carry out its commands; the events those produce (a check's
         words, a started turn's id) are applied at once, before the next command."""
         seat = self.floor(session)
         with seat.lock:
             self._apply(session, seat, event)
 
-    def _apply(self, session: Session, seat: Seat, event: Event, follow: bool = False) -> None:
+    def _apply(self, session: Session, seat: Seat, event: ft.Event, follow: bool = False) -> None:
         if self.agent.cfg.record_events is not None:
             if seat.log is None:
                 seat.log = EventLog(self.agent.cfg.record_events, session.sid, seat.log_path)
@@ -224,46 +98,46 @@ class Conversation:
             if answer is not None:
                 self._apply(session, seat, answer, follow=True)
 
-    def _do(self, session: Session, seat: Seat, c: Command) -> Event | None:
+    def _do(self, session: Session, seat: Seat, c: ft.Command) -> ft.Event | None:
         """Carry out one command; the event it produces, if any."""
-        if isinstance(c, Check):
+        if isinstance(c, ft.Check):
             return self._check(session, seat, c)
-        if isinstance(c, StartTurn):
+        if isinstance(c, ft.StartTurn):
             return self._start_voice(session, seat, c)
         turn = seat.turns.get(getattr(c, "turn_id", 0))
-        if isinstance(c, PausePlayer):
+        if isinstance(c, ft.PausePlayer):
             session.send_event({"type": "pause", "turn": c.turn_id, "cause_ms": c.cause_ms})
-        elif isinstance(c, ResumePlayer):
+        elif isinstance(c, ft.ResumePlayer):
             session.send_event({"type": "resume", "turn": c.turn_id})
-        elif isinstance(c, Interrupt):
+        elif isinstance(c, ft.Interrupt):
             self._interrupt(session, seat, c)
-        elif isinstance(c, Commit) and turn is not None:
+        elif isinstance(c, ft.Commit) and turn is not None:
             turn.commit(c.reason)
-        elif isinstance(c, Drop) and turn is not None:
+        elif isinstance(c, ft.Drop) and turn is not None:
             turn.discard()
-        elif isinstance(c, ReleaseModel) and turn is not None:
+        elif isinstance(c, ft.ReleaseModel) and turn is not None:
             turn.stamp("model_go")
             turn.model_go.set()
-        elif isinstance(c, AcceptVerdict):
+        elif isinstance(c, ft.AcceptVerdict):
             v = c.verdict
             if (judged := seat.turns.get(v.turn_id)) is not None:
                 judged.judged(v)
             log.info("turn %s: end of turn by %s (%s): hold %s ms, decided in %s ms",
                      v.turn_id, v.signal, v.detail, v.hold_ms, v.cost_ms)
-        elif isinstance(c, HoldForVoice) and turn is not None:
+        elif isinstance(c, ft.HoldForVoice) and turn is not None:
             turn.voice_back(c.back)
-        elif isinstance(c, StartAfter):
+        elif isinstance(c, ft.StartAfter):
             self._endpointer(session).start_after_ms = c.ms
-        elif isinstance(c, EndAfter):
+        elif isinstance(c, ft.EndAfter):
             self._endpointer(session).end_after_ms = c.ms
-        elif isinstance(c, CloseUtterance):
+        elif isinstance(c, ft.CloseUtterance):
             if (endpointer := self._endpointers.get(session.sid)) is not None:
                 endpointer.close()
-        elif isinstance(c, Status):
+        elif isinstance(c, ft.Status):
             session.touch(c.text)
-        elif isinstance(c, Let):
+        elif isinstance(c, ft.Let):
             log.info("the utterance makes no turn: %s", c.reason)
-        elif isinstance(c, Note):
+        elif isinstance(c, ft.Note):
             log.info("%s", c.text)
         return None
 
@@ -276,7 +150,7 @@ class Conversation:
             self.on_report(session, item)
         elif isinstance(item, EndOfTurn):
             self.on_verdict(session, item)
-        elif isinstance(item, ChainOver):
+        elif isinstance(item, ft.ChainOver):
             self.apply(session, item)
         elif isinstance(item, AbJob):
             seat.anchor.wait(item)
@@ -328,22 +202,22 @@ class Conversation:
         latest = self._latest_voice_turn(session)  # a commit starts no turn: the same after it
         if latest is not None:  # before a commit sends the audio it holds
             latest.mic_heard(session.clock.to_server(frame.captured_ms))
-        self.apply(session, Silence(endpointer.silence_ms, frame.captured_ms,
+        self.apply(session, ft.Silence(endpointer.silence_ms, frame.captured_ms,
                                     endpointer.quiet_ms, self._committed(latest)))
 
     @staticmethod
-    def _committed(turn: Turn | None) -> Latest | None:
+    def _committed(turn: Turn | None) -> ft.Latest | None:
         if turn is None or not turn.committed:
             return None
-        return Latest(turn.turn_id, turn.unheard)
+        return ft.Latest(turn.turn_id, turn.unheard)
 
     def on_vad(self, session: Session, event: VadEvent) -> None:
         seat, endpointer = self.floor(session), self._endpointer(session)
         with seat.lock:
             if seat.state.undecided is not None and event.kind == "speech_start":
-                self._apply(session, seat, Deadline())
+                self._apply(session, seat, ft.Deadline())
             joinable = self._joinable(session) if event.kind == "speech_start" else None
-            self._apply(session, seat, Voice(event, endpointer.silence_ms, joinable))
+            self._apply(session, seat, ft.Voice(event, endpointer.silence_ms, joinable))
             if event.kind == "speech_start":
                 s = seat.state
                 log.info("speech began at %.0f ms (%s%s)", s.began_ms,  # a failure's order
@@ -355,7 +229,7 @@ class Conversation:
             latest = self.floor(session).latest()
         return latest if latest is not None and latest.last_voiced_ms is not None else None
 
-    def _joinable(self, session: Session) -> Joinable | None:
+    def _joinable(self, session: Session) -> ft.Joinable | None:
         """The newest turn, if the user's next words may continue it."""
         with session.lock:
             latest = self.floor(session).latest()
@@ -364,7 +238,7 @@ class Conversation:
                 or len(latest.audio) >= JOIN_MAX_S * RATE or latest.last_voiced_ms is None:
             return None
         held = latest.verdict.hold_ms if latest.verdict is not None else 0
-        return Joinable(latest.turn_id, latest.last_voiced_ms, held)
+        return ft.Joinable(latest.turn_id, latest.last_voiced_ms, held)
 
     def _endpointer(self, session: Session) -> Endpointer:
         endpointer = self._endpointers.get(session.sid)
@@ -376,7 +250,7 @@ class Conversation:
         endpointer = self._endpointers.pop(session.sid, None)
         if endpointer is not None:
             endpointer.reset()
-        self.apply(session, MicStop(closed))
+        self.apply(session, ft.MicStop(closed))
         latest = self._latest_voice_turn(session)
         if latest is not None and latest.held_for_voice:
             latest.voice_back(False)  # no more voice can come to drop it
@@ -406,10 +280,10 @@ class Conversation:
             threading.Thread(target=run, daemon=True, name=f"eot-{turn.turn_id}").start()
 
     def on_verdict(self, session: Session, result: EndOfTurn) -> None:
-        self.apply(session, Judged(result))
+        self.apply(session, ft.Judged(result))
 
     # --- carrying out the commands ----------------------------------------------------------
-    def _check(self, session: Session, seat: Seat, c: Check) -> Heard:
+    def _check(self, session: Session, seat: Seat, c: ft.Check) -> ft.Heard:
         """ASR of the utterance's last seconds (the words that decide, at one encoder
         window's cost however long the agent's echo has been going on) against what reply
         `c.turn_id` was saying."""
@@ -420,9 +294,9 @@ class Conversation:
         log.info("speech over turn %s (%s ms, at its %s%s): %r (score %.2f) -> %s; the agent "
                  "was saying %r", c.turn_id, round(c.vad.speech_ms), c.at,
                  ", reply paused" if c.pending else "", tr.text, tr.score, said, spoken[:160])
-        return Heard(c, said)
+        return ft.Heard(c, said)
 
-    def _start_voice(self, session: Session, seat: Seat, c: StartTurn) -> Started:
+    def _start_voice(self, session: Session, seat: Seat, c: ft.StartTurn) -> ft.Started:
         turn = self._new(session, seat, "voice", c.last_voiced_ms)
         audio, continues = c.audio, seat.turns.get(c.continues) if c.continues else None
         if audio is not None:
@@ -439,7 +313,7 @@ class Conversation:
         elif not c.model_go:
             turn.model_go.clear()  # released once the silence is `model_after_ms` long
         self._launch(turn, audio, "")
-        return Started(turn.turn_id, c.commit is not None, c.model_go)
+        return ft.Started(turn.turn_id, c.commit is not None, c.model_go)
 
     def _new(self, session: Session, seat: Seat, source: str,
              last_voiced_ms: float | None = None) -> Turn:
@@ -458,7 +332,7 @@ class Conversation:
                                        daemon=True, name=f"turn-{turn.turn_id}")
         turn.thread.start()
 
-    def _interrupt(self, session: Session, seat: Seat, c: Interrupt) -> None:
+    def _interrupt(self, session: Session, seat: Seat, c: ft.Interrupt) -> None:
         """Silence the player first, then cancel; a reply held for the voice goes unheard."""
         current = seat.turns.get(c.current) if c.current else None
         with session.lock:
@@ -476,27 +350,27 @@ class Conversation:
         """A committed turn on the caller's thread (API uploads); its audio is collected."""
         seat = self.floor(session)
         with seat.lock:
-            self._apply(session, seat, Typed())
+            self._apply(session, seat, ft.Typed())
             turn = self._new(session, seat, source)
             turn.collect = []
             turn.commit("upload")
-            self._apply(session, seat, Started(turn.turn_id, True, True))
+            self._apply(session, seat, ft.Started(turn.turn_id, True, True))
         self._run(turn, audio, text)
         return turn
 
     def start_text(self, session: Session, text: str) -> Turn:
         seat = self.floor(session)
         with seat.lock:
-            self._apply(session, seat, Typed())
+            self._apply(session, seat, ft.Typed())
             turn = self._new(session, seat, "text")
             turn.commit("text")
-            self._apply(session, seat, Started(turn.turn_id, True, True))
+            self._apply(session, seat, ft.Started(turn.turn_id, True, True))
             self._launch(turn, None, text)
         return turn
 
     def barge_in(self, session: Session) -> None:
         """The page went away or the user took the turn by other means: the agent stops."""
-        self.apply(session, Typed())
+        self.apply(session, ft.Typed())
 
     def _run(self, turn: Turn, audio, text: str) -> None:
         session = turn.session
@@ -508,9 +382,9 @@ class Conversation:
             session.touch("Error: the turn failed (see the app's log).")
         finally:
             if session.sid in self._listeners:
-                self._post(session, ChainOver(turn.turn_id))  # in order, with the rest
+                self._post(session, ft.ChainOver(turn.turn_id))  # in order, with the rest
             else:
-                self.apply(session, ChainOver(turn.turn_id))
+                self.apply(session, ft.ChainOver(turn.turn_id))
             turn.chain_over()
 
     # --- the page's player ------------------------------------------------------------------
@@ -519,6 +393,6 @@ class Conversation:
         turn = seat.turns.get(report.turn_id)
         log.info("turn %s: the player reports %s at %.0f ms", report.turn_id, report.kind,
                  report.t_ms)  # with the utterances' starts, a failed test's order of events
-        self.apply(session, Played(report, turn is not None and turn.cancel.is_set()))
+        self.apply(session, ft.Played(report, turn is not None and turn.cancel.is_set()))
         if turn is not None:
             turn.on_player(report)

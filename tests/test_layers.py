@@ -51,7 +51,7 @@ LAYERS = {
     "turn": {"app.session", "app.wire", "app.turn", "app.floor", "app.floor_types",
              "app.eventlog"},
     "chain": {"app.pipeline", "app.anchor"},
-    "conversation": {"app.conversation"},
+    "conversation": {"app.conversation", "app.seat"},
     "web": {"app.ui", "app.hub", "app.transport", "app.views", "app.plots", "app.server",
             "app.client", "app.prometheus", "app.realtime", "app.realtime_out",
             "app.realtime_reply", "app.realtime_protocol", "app.realtime_audio"},
