@@ -4,12 +4,8 @@ A voice turn starts speculatively at a short pause (`VadEvent` "pause"): ASR, th
 TTS run, but nothing reaches the conversation or the speaker until the turn-taking commits
 the turn (the end-of-turn verdict, or the endpointer's "end"). If the user goes on instead
 ("resume"), the turn is discarded without a trace. A committed turn publishes its user
-message and reply into the session and releases the audio it holds; after that, text and
-audio flow straight through, unless the user's voice came back before any of it went out
-(`voice_back`): then the audio waits until the voice goes, or is dropped unheard. The first
-audio also waits while the turn-taking has not heard the microphone up to the moment it is
-ready (`mic_heard`): on a busy machine frames come in late, in bursts, and the voice may be
-back already in the ones still on their way.
+message and reply into the session (`ConversationLog`, app/turnlog.py) and releases the
+audio it holds (`AudioGate`, app/audiogate.py).
 
 The turn is also the one owner of its metrics: the stages stamp events (`stamp`), the
 player's reports arrive here, and `app.metrics.fill_timeline` derives every figure from
@@ -24,21 +20,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 
 import numpy as np
 
-from app.language import has_cjk
+from app.audiogate import AudioGate
 from app.messages import EndOfTurn, PlayerReport, ReplyDelta, SpeechChunk, Transcript
 from app.metrics import TurnMetrics, fill_llm, fill_timeline, ms
 from app.session import Session
+from app.turnlog import ConversationLog, remove_entries
 
 log = logging.getLogger(__name__)
-MIC_SLACK_S = 0.06
-"""The microphone counts as heard "up to now" when the newest frame handled was captured
-this recently: a little longer than the page's gaps between frames."""
-MIC_IDLE_S = 1.0
-"""No frame handled for this long: the microphone is off, the first audio waits for none."""
 
 
 class Signal(threading.Event):
@@ -57,7 +48,7 @@ class Signal(threading.Event):
 
 
 @dataclass
-class Turn:
+class Turn(AudioGate, ConversationLog):
     session: Session
     metrics: TurnMetrics
     last_voiced_ms: float | None = None
@@ -257,162 +248,6 @@ class Turn:
         # each render is a round trip and a re-render of the chat, and on two cores that
         # page shares the CPU with the model, ASR and TTS (docs/PERFORMANCE.md)
 
-    def emit_audio(self, chunk: SpeechChunk) -> None:
-        with self.session.lock:
-            if self.cancel.is_set():
-                return
-            self.pieces[chunk.index] = chunk.text
-            self.metrics.reply_audio_ms = round((self.metrics.reply_audio_ms or 0.0)
-                                                + len(chunk.pcm) * 1000 / chunk.sample_rate, 1)
-            if self.collect is not None:
-                self.collect.append(chunk)
-            hold = not self._published or self._voice_back or bool(self._held) \
-                or self._mic_behind()
-            if hold:
-                self._held.append(chunk)
-        if not hold:
-            self._send(chunk)
-
-    @property
-    def audio_ready(self) -> bool:
-        """Reply audio is synthesised and held (for the commit, or the user's voice)."""
-        return bool(self._held)
-
-    def voice_back(self, back: bool) -> None:
-        """Whether the user's voice is back after the commit (app/conversation.py): while it
-        is, and none of the reply has gone to the page, the reply's audio waits. If the
-        voice becomes an utterance, the turn is dropped unheard (`drop_held`): the user went
-        on after a pause the verdict took for the end. A click or a cough lets it go."""
-        with self.session.lock:
-            if back == self._voice_back or (back and self._to_page) or self.cancel.is_set():
-                return
-            self._voice_back = back
-            if back:
-                self.stamp("voice_back")
-            else:
-                self._release()
-
-    def mic_heard(self, captured_s: float | None) -> None:
-        """The turn-taking thread has handled the microphone up to a frame captured at
-        `captured_s` (server time); None: the microphone stopped, no frame will come. Audio
-        that waited for the frames to catch up goes once they have."""
-        with self.session.lock:
-            self._heard = None if captured_s is None else (captured_s, time.perf_counter())
-            self._release()
-
-    def recheck_mic(self) -> None:
-        """No frame came with the item the turn-taking thread handled: audio that waited for
-        the microphone goes once none has come for `MIC_IDLE_S`."""
-        with self.session.lock:
-            self._release()
-
-    def _mic_behind(self) -> bool:
-        """Under the lock, with audio to send and none sent yet: whether the turn-taking
-        has not yet heard the microphone up to the moment the audio was ready (its newest
-        frame captured more than `MIC_SLACK_S` before). It cannot know then whether the
-        user's voice is back: the reply can be audible after the user went on, their frames
-        still on their way. No frame handled for `MIC_IDLE_S`: no microphone to wait for."""
-        if self._to_page or self._heard is None:
-            return False
-        captured, handled = self._heard
-        now = time.perf_counter()
-        if now - handled > MIC_IDLE_S:
-            return False
-        if self._mic_wait is None:
-            if captured >= now - MIC_SLACK_S:
-                return False
-            self._mic_wait = now
-            self.stamp("mic_behind", now)
-        return captured < self._mic_wait - MIC_SLACK_S
-
-    def _release(self) -> None:
-        """Under the lock: send the audio (and the "end") that waited, once nothing holds it:
-        the turn is published, the user's voice is not back, the microphone is heard."""
-        if not (self._held or self._end_waits) or not self._published or self._voice_back \
-                or self.cancel.is_set() or self._mic_behind():
-            return
-        held, self._held = self._held, []
-        for chunk in held:  # under the lock: before an "end" the turn sends
-            self._send(chunk)
-        if self._end_waits:
-            self._end_waits = False
-            self._send_end()
-
-    @property
-    def unheard(self) -> bool:
-        """Committed, and none of its reply has gone to the page yet."""
-        return self._committed and not self._to_page and not self.cancel.is_set()
-
-    @property
-    def held_for_voice(self) -> bool:
-        """Committed, and its reply waits for the user's voice to go (`voice_back`)."""
-        return self._voice_back and self._committed and not self.cancel.is_set()
-
-    def drop_held(self) -> None:
-        """The voice that held the reply became an utterance: nothing of the reply is heard
-        (its audio and its "end" are not sent), and the record says it was cancelled."""
-        self.cancel.set()
-        with self.session.lock:
-            self._held.clear()
-            self._end_waits = False
-            self.metrics.cancelled = self._published
-
-    def _send(self, chunk: SpeechChunk) -> None:
-        on_sent = None
-        if self.session.outbox is not None:
-            # stamped before the bytes go: the page's report of them comes back on the event
-            # loop's thread, which on a busy machine can run before this one does again
-            if "first_sent" not in self.stamps:
-                self.stamp("first_sent")
-                on_sent = partial(self.stamp, "socket_sent")  # on the event loop
-            self._to_page = True
-        self.session.send_audio(chunk, on_sent)
-        if self._to_page:
-            self.session.touch("Speaking...")  # the reply's text so far, with its voice
-
-    def _publish_if_ready(self) -> None:
-        """Under the session lock: show the turn once it is committed and its words known."""
-        s = self.session
-        if self._published or not self._committed or self.user_text is None \
-                or self.cancel.is_set():
-            return
-        self._published = True
-        log.info("turn %s (%s): the user said %r", self.turn_id, self.metrics.source,
-                 self.user_text[:200])
-        if self.continues is not None:
-            self.continues.withdraw(self.turn_id)
-            self.continues = None  # a chain of continuations holds no earlier turns
-        self._user_msg = {"role": "user", "content": self.user_text}
-        self._reply_msg = {"role": "assistant", "content": self.reply}
-        self._chat_user = {"role": "user", "content": self.user_text}
-        self._chat_reply = {"role": "assistant", "content": self.reply}
-        s.history += [self._user_msg, self._reply_msg]
-        s.chat += [self._chat_user, self._chat_reply]
-        s.metrics.append(self.metrics)
-        self._release()  # unless it waits for the voice to go (or become a turn)
-        if s.outbox is not None and "first_sent" not in self.stamps:
-            s.outbox.hold_renders()  # the words show with the voice, not before it
-        s.touch()
-
-    def owns(self, message: dict) -> bool:
-        """Whether `message` (an entry of the session's history) is this turn's."""
-        return message is self._user_msg or message is self._reply_msg
-
-    def withdraw(self, by: int) -> None:
-        """Turn `by` answers this turn's words again, with what the user said after them:
-        this turn's question and (cut) reply leave the history and the page's chat."""
-        s = self.session
-        with s.lock:
-            self.metrics.continued_in = by
-            if not self._published:
-                return
-            at = next((i for i, m in enumerate(s.history) if m is self._user_msg), None)
-            if at is not None and at < s.history_start:
-                s.history_start = max(0, s.history_start - 2)
-            _remove(s.history, self._user_msg, self._reply_msg)
-            _remove(s.chat, self._chat_user, self._chat_reply)
-        log.info("turn %s: withdrawn, its words go on in turn %s", self.turn_id, by)
-
     # --- the end of the turn ---------------------------------------------------------------------
     def finish(self, error: str = "") -> None:
         """The stages are done: keep what was said (marked when cut), drop an empty turn."""
@@ -423,8 +258,8 @@ class Turn:
                 return
             reply = self.reply.strip()
             if not reply:  # nothing was said: no dangling user message
-                _remove(s.history, self._user_msg, self._reply_msg)
-                _remove(s.chat, self._chat_reply)
+                remove_entries(s.history, self._user_msg, self._reply_msg)
+                remove_entries(s.chat, self._chat_reply)
                 return
             if not self._interrupted:  # else the player's report already cut it
                 note = " [interrupted]" if m.cancelled else (
@@ -437,11 +272,6 @@ class Turn:
                 if not self._end_waits:
                     self._send_end()
         self.refresh()
-
-    def _send_end(self) -> None:
-        """The reply is over: the page's player reports "done" once it played it all."""
-        self._to_page = self._to_page or self.session.outbox is not None
-        self.session.send_event({"type": "end", "turn": self.turn_id})
 
     def on_player(self, report: PlayerReport) -> None:
         """The page's player said what it did with this turn's audio."""
@@ -460,18 +290,6 @@ class Turn:
         if over:
             self._player_over = True
             self._settle()
-
-    def _cut_to_heard(self, heard: tuple[float, ...]) -> None:
-        """Barge-in: history and chat keep only what the user heard."""
-        text = heard_text(self.pieces, heard)
-        with self.session.lock:
-            self._interrupted = True
-            self.metrics.cancelled = True
-            self.metrics.heard_chars = len(text)
-            if self._reply_msg is not None:
-                self._reply_msg["content"] = text or "..."
-                self._reply_msg["interrupted"] = True
-                self._chat_reply["content"] = (text + " …" if text else "…") + " [interrupted]"
 
     def refresh(self) -> None:
         fill_timeline(self.metrics, self.stamps, self.last_voiced_ms, self.session.clock)
@@ -508,33 +326,6 @@ class Turn:
             self.session.touch()  # the page draws it now
             if self.on_final is not None:
                 self.on_final(self.metrics)
-
-
-def heard_text(pieces: dict[int, str], heard: tuple[float, ...]) -> str:
-    """The words of each piece in proportion to the share of it that played."""
-    out: list[str] = []
-    for index, share in enumerate(heard):
-        text = pieces.get(index, "")
-        if share >= 0.999:
-            out.append(text)
-        elif share > 0:
-            if has_cjk(text):
-                out.append(text[:int(len(text) * share)])
-            else:
-                words = text.split()
-                out.append(" ".join(words[:int(len(words) * share)]))
-            break
-        else:
-            break
-    return " ".join(p for p in out if p).strip()
-
-
-def _remove(items: list[dict], *entries: dict | None) -> None:
-    for entry in entries:
-        for i, item in enumerate(items):
-            if item is entry:
-                del items[i]
-                break
 
 
 def _round(ms: float) -> float:

@@ -87,6 +87,10 @@ def typed_turn(a: Agent, text: str) -> tuple[Session, TurnMetrics, list]:
     return session, m, turn.collect
 
 
+TURN = {"app.turn", "app.audiogate", "app.turnlog"}
+"""The Turn and its parts (its audio gate, its part of the conversation)."""
+
+
 @pytest.fixture
 def writers(monkeypatch):
     """The module of every statement that sets a field of any TurnMetrics."""
@@ -121,7 +125,7 @@ def test_a_turn_reaches_history_speaker_and_records_through_the_turn_alone(write
     assert llm.requests[0][1] == llm.requests[1][1]
     rows = {r.endpoint: r for r in session.metrics}
     assert rows["anchor"].order == "after-primary" and rows["anchor"].reply_tokens == len(REPLY)
-    assert writers <= {"app.turn", "app.metrics"}, writers
+    assert writers <= TURN | {"app.metrics"}, writers
 
 
 def test_a_stream_that_breaks_keeps_what_was_said_and_names_the_stage(writers):
@@ -131,7 +135,7 @@ def test_a_stream_that_breaks_keeps_what_was_said_and_names_the_stage(writers):
     assert session.history[1]["content"] == "".join(REPLY[:4])
     assert session.chat[1]["content"].endswith("[cut off]")
     assert session.chat[-1]["content"].startswith("⚠")
-    assert writers <= {"app.turn", "app.metrics"}, writers
+    assert writers <= TURN | {"app.metrics"}, writers
 
 
 def test_stand_in_speech_reads_a_real_reply_in_the_models_timing():

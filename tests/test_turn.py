@@ -11,7 +11,8 @@ from app.clock import BrowserClock
 from app.messages import PlayerReport, SpeechChunk
 from app.metrics import TurnMetrics, fill_timeline
 from app.session import Session
-from app.turn import Turn, heard_text
+from app.turn import Turn
+from app.turnlog import heard_text
 
 
 def chunk(index: int, text: str) -> SpeechChunk:
