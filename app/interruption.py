@@ -44,7 +44,7 @@ def verdict(heard: str, agent_text: str, score: float = 0.0, went_on: bool = Fal
     "backchannel", "noise" (no words, a guess or a loop) or "words" (anything else).
     `went_on`: the voice went on over the paused reply once it was silent; a hum, a cough
     or the echo stops there, so two words or more read unsure are words still."""
-    from app.asr import MAX_COMPRESSION, compression_ratio
+    from app.whisper_read import MAX_COMPRESSION, compression_ratio
 
     w = words(heard)
     if not w:

@@ -147,7 +147,7 @@ def test_a_language_short_of_certain_is_decided_among_the_agents_languages(demo_
     gives some English clips Thai; between the agent's languages it is Mandarin by far."""
     import logging
 
-    from app.asr import CERTAIN_LANGUAGE
+    from app.whisper_read import CERTAIN_LANGUAGE
 
     asr = demo_asr
     x, _ = sf.read(ASSETS / "turns" / "zh_complete_01.wav", dtype="float32")
@@ -161,7 +161,7 @@ def test_a_language_short_of_certain_is_decided_among_the_agents_languages(demo_
 
 
 def test_a_looping_transcript_is_recognised():
-    from app.asr import MAX_COMPRESSION, compression_ratio
+    from app.whisper_read import MAX_COMPRESSION, compression_ratio
 
     assert compression_ratio("Tell me something about dolphins.") < MAX_COMPRESSION
     assert compression_ratio("Tell me something about dolphins " * 20) > MAX_COMPRESSION
@@ -170,7 +170,7 @@ def test_a_looping_transcript_is_recognised():
 def test_a_phrase_written_twice_over_is_recognised():
     """The short window's failure: words said once, written twice (tiny.en on the GPU for
     "Hello, who are you?", on the CPU for "Tell me something about dolphins")."""
-    from app.asr import repeated
+    from app.whisper_read import repeated
 
     assert repeated("Hello? Who are you? Hello? Who are you? Hello?")
     assert repeated("Tell me something about Tarovins Tell me something about Tarovins")
@@ -188,7 +188,7 @@ def test_a_loop_no_one_could_have_said_in_its_time_keeps_its_first_copy():
     """tiny.en in a short window writes the words, then again and again: more words than
     the clip's seconds could hold. The first copy is what was said; a repetition that fits
     its time is left whole, as is Mandarin (no spaces to cut at)."""
-    from app.asr import first_copy
+    from app.whisper_read import first_copy
 
     assert first_copy("Tell me a joke Tell me a joke Tell me a joke Tell me", 1.28) == \
         "Tell me a joke"
@@ -222,7 +222,7 @@ def test_window_features_are_whispers_own_for_the_padded_clip(name):
     for a real clip, silence and a clip longer than the window."""
     from faster_whisper.feature_extractor import FeatureExtractor
 
-    from app.asr import window_mel
+    from app.whisper_read import window_mel
 
     fe = FeatureExtractor(feature_size=80)
     audio, _ = sf.read(ASSETS / name, dtype="float32")

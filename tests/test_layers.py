@@ -44,7 +44,8 @@ def test_the_app_has_no_import_circle():
 LAYERS = {
     "records": {"app", "app.config", "app.messages", "app.metrics", "app.language",
                 "app.clock", "app.tts.base"},
-    "stages": {"app.vad", "app.asr", "app.asrhost", "app.audio", "app.llm", "app.budget",
+    "stages": {"app.vad", "app.asr", "app.whisper_read", "app.asrhost", "app.audio",
+               "app.llm", "app.budget",
                "app.chunking", "app.endofturn", "app.smartturn", "app.interruption",
                "app.padding", "app.servermetrics", "app.tts", "app.tts.edge",
                "app.tts.espeak", "app.tts.kokoro", "app.tts.piper"},

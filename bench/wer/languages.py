@@ -5,11 +5,11 @@ benchmark's questions, the labelled set's English and Mandarin sentences, the Ma
 (`assets/zh_set/`) and the committed recordings, each at three start shifts (0, 10, 20 ms).
 Per clip: tiny.en's mean log-probability (below `app.asr.UNSURE` the app asks the detector),
 the detector's top language and its probability, and the log-odds of Mandarin against
-English (`ln p(zh) / p(en)`), which `app.asr.decide_language` decides by where the detector
-is short of `app.asr.CERTAIN_LANGUAGE`; then what `Asr.language` decides. The margin is the
-gap between the English clips' highest log-odds and the Mandarin clips' lowest. With AMD's
-paths (`CT2_USE_MKL=0` and the AVX2 caps in the environment) it writes languages_amd.*: the
-numerics differ."""
+English (`ln p(zh) / p(en)`), which `app.whisper_read.decide_language` decides by where
+the detector is short of `app.whisper_read.CERTAIN_LANGUAGE`; then what `Asr.language`
+decides. The margin is the gap between the English clips' highest log-odds and the
+Mandarin clips' lowest. With AMD's paths (`CT2_USE_MKL=0` and the AVX2 caps in the
+environment) it writes languages_amd.*: the numerics differ."""
 
 import json
 import math
