@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from app.config import DEMO_ASR_THREADS, ROOT, AppConfig, AsrConfig, from_args, parse
+from app.gpuplan import format_plan, gpu_memory_gib, gpu_servers, plan_gpus
 from app.launch import (
     DEMO_SERVED_NAME,
     VllmServer,
@@ -20,10 +21,6 @@ from app.launch import (
     app_cpus,
     cpu_choices,
     cpu_server,
-    format_plan,
-    gpu_memory_gib,
-    gpu_servers,
-    plan_gpus,
 )
 from app.llm import LlmError, check_endpoint, compare_tokenizers, dry_run_info
 from app.machine import one_blas_thread

@@ -118,7 +118,7 @@ def test_toml_booleans_are_flags(tmp_path):
 
 
 def test_gpu_plan():
-    from app.launch import format_plan, plan_gpus
+    from app.gpuplan import format_plan, plan_gpus
 
     one = plan_gpus("p", "a", [139.8])
     assert [p.gpu for p in one] == [0, 0] and sum(p.fraction for p in one) <= 0.92
@@ -134,7 +134,7 @@ def test_gpu_plan():
 
 
 def test_gpu_servers_take_the_card_and_voice_flags(tmp_path):
-    from app.launch import gpu_servers, plan_gpus
+    from app.gpuplan import gpu_servers, plan_gpus
 
     dry = tmp_path / "dry-lowlat"
     dry.mkdir()

@@ -7,7 +7,8 @@ import re
 import yaml
 
 from app.config import PRIMARY_MODEL, from_args, parse
-from app.launch import CARD_FLAGS, MARLIN_DENSE, VOICE_FLAGS
+from app.gpuplan import MARLIN_DENSE
+from app.launch import CARD_FLAGS, VOICE_FLAGS
 from app.workers import split_slots
 from tests.conftest import ROOT
 
