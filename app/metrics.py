@@ -18,7 +18,8 @@ class TurnMetrics:
     turn_id: int
     endpoint: str
     source: str = "voice"
-    """"voice" (microphone or uploaded audio) or "text" (typed)."""
+    """"voice" (microphone or uploaded audio) or "text" (typed); through the Realtime
+    endpoint "realtime-voice" and "realtime-text" (`Session.channel`)."""
     model: str = ""
     """Served model name of the endpoint."""
     order: str = ""

@@ -112,7 +112,7 @@ class Agent:
         (`ServerViews.aside`): its figures stay its own, its prompt finds the prefix."""
         if not isinstance(self.llm, OpenAIChat) or not self.cfg.llm.prefill:
             return None
-        messages = [{"role": "system", "content": self.persona}]
+        messages = [{"role": "system", "content": self.system_prompt(session)}]
         key = session.sid if session is not None else ""
         if session is not None:
             with session.lock:
@@ -168,12 +168,20 @@ class Agent:
                                                   session.history_start,
                                                   self.cfg.llm.history_turns)
             keep = answered_pairs(session.history[session.history_start:], leave_out)
-        return [{"role": "system", "content": self.persona}, *keep,
+        return [{"role": "system", "content": self.system_prompt(session)}, *keep,
                 {"role": "user", "content": user_text}]
+
+    def system_prompt(self, session: Session | None) -> str:
+        """The persona, or the instructions the session's client set (a Realtime client's)."""
+        if session is not None and session.instructions:
+            return session.instructions
+        return self.persona
 
     def new_turn(self, session: Session, source: str, last_voiced_ms: float | None = None,
                  endpoint: Endpoint | None = None) -> Turn:
         endpoint = endpoint or self.cfg.primary
+        if session.channel:  # the records say how the user reached the agent
+            source = f"{session.channel}-{source}"
         m = TurnMetrics(session.new_turn_id(), endpoint.name, source=source,
                         model=endpoint.model, order="primary" if self.cfg.anchor else "")
         turn = Turn(session, m, last_voiced_ms)

@@ -1,10 +1,12 @@
-"""The web server: the Gradio page + the audio channel (one WebSocket per page) +
-`/metrics` for Prometheus.
+"""The web server: the Gradio page + the audio channel (one WebSocket per page) + the
+OpenAI Realtime endpoint (`/v1/realtime`, app/realtime.py) + `/metrics` for Prometheus.
 
 Every route checks who is asking, wherever the request comes from: Gradio's own routes
 by its login (`--auth`), the app's HTTP routes (`/metrics` too) by the same credentials
-(HTTP Basic), and the audio channel by a session id that only the server issues, to a page
-behind the login or to a script with the credentials (app/hub.py); the export wants both.
+(HTTP Basic), the audio channel by a session id that only the server issues, to a page
+behind the login or to a script with the credentials (app/hub.py), and the Realtime
+endpoint by a bearer key of its own (`--realtime-key`); the export wants a session id and
+the login.
 Beyond `--max-sessions` live conversations a new one is refused (app/hub.py): a script
 gets 503, a page the written and the spoken notice."""
 
@@ -27,6 +29,7 @@ from app.messages import SpeechChunk
 from app.metrics import to_csv, to_json
 from app.pipeline import Agent
 from app.prometheus import AppMetrics
+from app.realtime import serve_realtime
 from app.transport import serve_socket
 from app.tts import TtsError
 from app.ui import CSS, VoiceUi, build_blocks
@@ -88,6 +91,12 @@ def create_app(agent: Agent, title: str = "Voice agent", notice: str = "") -> Fa
             await serve_socket(ws, session, conversation)
         finally:
             hub.detach(sid)
+
+    @app.websocket("/v1/realtime")
+    async def realtime(ws: WebSocket) -> None:
+        """The OpenAI Realtime protocol (app/realtime.py): its own bearer key
+        (`--realtime-key`), a slot of `--max-sessions` like any conversation."""
+        await serve_realtime(ws, hub, conversation, cfg)
 
     @app.post("/agent/session", dependencies=[login])
     async def new_session() -> Response:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from app.clock import BrowserClock
 from app.messages import SpeechChunk
 from app.metrics import TurnMetrics
-from app.wire import Outbox, audio_message
+from app.wire import Outbox
 
 
 @dataclass
@@ -40,6 +40,13 @@ class Session:
     """`version` the page last received."""
     page_cache: dict = field(default_factory=dict, repr=False)
     """What the page last received of each output (only changes are sent)."""
+    channel: str = ""
+    """How the user reaches this conversation when not through the page: "realtime" (the
+    OpenAI Realtime endpoint, app/realtime.py). Its turns' records name it in their
+    `source` ("realtime-voice"), so /metrics and the export tell the channels apart."""
+    instructions: str | None = None
+    """The system prompt the client asked for (a Realtime `session.update`); None: the
+    persona."""
 
     def touch(self, status: str | None = None) -> None:
         with self.lock:
@@ -66,11 +73,11 @@ class Session:
 
     # --- the page's audio channel --------------------------------------------------------
     def send_audio(self, chunk: SpeechChunk, on_sent=None) -> None:
-        """Reply audio to the page's player (nothing when no page listens); `on_sent(t)` as
-        the event loop writes it to the socket (app/wire.py)."""
+        """Reply audio to the player (nothing when none listens); `on_sent(t)` as the event
+        loop writes it to the socket (app/wire.py; a Realtime client's: app/realtime_out.py)."""
         outbox = self.outbox
         if outbox is not None:
-            outbox.send_bytes(audio_message(chunk), on_sent)
+            outbox.send_audio(chunk, on_sent)
 
     def send_event(self, event: dict) -> None:
         if self.outbox is not None:

@@ -91,6 +91,10 @@ class Outbox:
         item = data if on_sent is None else (data, on_sent)
         self.loop.call_soon_threadsafe(self._put_audio, item)
 
+    def send_audio(self, chunk: SpeechChunk, on_sent=None) -> None:
+        """A piece of reply audio, as the page's audio message (`send_bytes`)."""
+        self.send_bytes(audio_message(chunk), on_sent)
+
     def _put_audio(self, item) -> None:  # on the loop
         self.queue.put_nowait(item)
         self._release()
