@@ -35,8 +35,9 @@ from bench.realtime_caller import Caller
 from bench.voice_turns import clips, speech_end_s
 
 KEY = "bench-realtime-key"
-GAP_S = 1.5
-"""Quiet between turns: the A/B anchor's request for the last turn runs then."""
+GAP_S = 3.0
+"""Quiet between turns: the A/B anchor's request for the last turn runs then, not over
+the next turn (the other channel's)."""
 
 
 async def run(app: AppServer, turns: int) -> tuple[list[dict], dict[str, str]]:
