@@ -22,6 +22,7 @@ and complete utterances (`python -m bench.turn_detection`, docs/PERFORMANCE.md):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import re
@@ -30,7 +31,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from app.config import Endpoint, TurnConfig
+from app.config import AppConfig, Endpoint, TurnConfig
 from app.language import CLOSERS, is_cjk
 from app.llm import THINKING_OFF, ServerError, post_json
 from app.messages import EndOfTurn, Signal
@@ -275,3 +276,14 @@ class TurnDetector:
             hold, signal, detail = self.silence_ms, "fixed", f"model failed: {exc}"[:120]
         return EndOfTurn(turn_id, hold, signal, detail,
                          round((time.perf_counter() - t0) * 1000, 1))
+
+
+def turn_detector(cfg: AppConfig) -> TurnDetector:
+    """The end-of-turn decision `cfg.turn` asks for (it needs speculation: `eager_ms`)."""
+    turn = cfg.turn if cfg.vad.eager_ms else dataclasses.replace(cfg.turn, detector="off")
+    audio = None
+    if "audio" in turn.detector:
+        from app.smartturn import SmartTurn
+
+        audio = SmartTurn()
+    return TurnDetector(turn, cfg.vad.silence_ms, cfg.primary, audio)

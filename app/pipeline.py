@@ -13,13 +13,11 @@ stream (per-token timing) nor the first audio. A voice turn may run speculativel
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
@@ -29,7 +27,7 @@ from app.audio import keep_heard
 from app.budget import ReplyBudget, within
 from app.chunking import SentenceChunker
 from app.config import AppConfig, Endpoint
-from app.endofturn import TurnDetector
+from app.endofturn import turn_detector
 from app.llm import ChatStream, LlmError, OpenAIChat, StreamStats, client_for, prefill
 from app.messages import RATE, ReplyPiece, SpeechChunk, Transcript
 from app.metrics import TurnMetrics, fill_rival
@@ -41,6 +39,8 @@ from app.padding import (
     pad_to_block,
     system_token_counter,
 )
+from app.prompt import answered_pairs, history_start, load_persona
+from app.replytext import StandIn, TagStripper, language_name, language_notice
 from app.servermetrics import ServerViews
 from app.session import Session
 from app.tts import FallbackTts, TtsError, language_of
@@ -332,7 +332,7 @@ class Agent:
         if not turn.wait_decided():
             return m
         turn.finish()
-        turn.stage_failed("language", f"speech in {LANGUAGE_NAMES.get(language, language)}: "
+        turn.stage_failed("language", f"speech in {language_name(language)}: "
                           f"the model speaks {', '.join(self.cfg.model_languages)} only "
                           "(notice given)")
         turn.refresh()
@@ -395,116 +395,3 @@ class Agent:
         turn.fail(stage, message)
         log.warning("turn %s failed at %s: %s", turn.turn_id, stage, message)
         return turn.metrics
-
-
-def turn_detector(cfg: AppConfig) -> TurnDetector:
-    """The end-of-turn decision `cfg.turn` asks for (it needs speculation: `eager_ms`)."""
-    turn = cfg.turn if cfg.vad.eager_ms else dataclasses.replace(cfg.turn, detector="off")
-    audio = None
-    if "audio" in turn.detector:
-        from app.smartturn import SmartTurn
-
-        audio = SmartTurn()
-    return TurnDetector(turn, cfg.vad.silence_ms, cfg.primary, audio)
-
-
-LANGUAGE_NAMES = {"en": "English", "zh": "Mandarin"}
-# The notice in the speaker's language, where we have it written (it is spoken too).
-NOTICES = {"zh": "抱歉，这个演示的模型只会说{langs}。请用{langs}提问。"}
-ZH_NAMES = {"en": "英语", "zh": "普通话"}
-
-
-STAND_IN_REPLIES = [
-    "Sure, here is a quick one: octopuses have three hearts and blue blood.",
-    "The moon is about 384,000 kilometres away, a little more in summer.",
-    "Good question! Sunlight scatters in the air, and blue light scatters most.",
-    "Try scrambled eggs on toast, with a pinch of salt and some chives.",
-    "Pack sunscreen, water and a towel, and check the tide times first.",
-    "Boil it for about nine minutes, then cool it in cold water.",
-    "It is mild today, around eighteen degrees, with a light breeze.",
-    "Take the second left after the bridge, then follow the signs."]
-"""What `--tts-stand-in` speaks: replies of the kind a voice agent gives, word by word."""
-
-
-class StandIn:
-    """`--tts-stand-in` (a dry run: dummy weights stream random tokens): each delta of the
-    model's stream becomes the next word of a real reply, so the chunker cuts and the voice
-    reads real text in the model's own timing: the first piece is as short as a real one
-    ("Sure, here is"), and TTS times what it would take on real words."""
-
-    def __init__(self, turn_id: int) -> None:
-        self.turn_id, self.words = turn_id, []
-
-    def push(self, text: str) -> str:
-        if not text:
-            return ""
-        if not self.words:  # a reply longer than this one goes on with the next
-            reply = STAND_IN_REPLIES[self.turn_id % len(STAND_IN_REPLIES)]
-            self.words, self.turn_id = reply.split(" "), self.turn_id + 1
-        return self.words.pop(0) + " "
-
-
-def language_notice(language: str, spoken: tuple[str, ...]) -> str:
-    """What the agent says to speech in a language its model does not speak."""
-    names = " or ".join(LANGUAGE_NAMES.get(x, x) for x in spoken)
-    heard = LANGUAGE_NAMES.get(language, language)
-    text = f"Sorry, I heard {heard}, but this demo's model speaks only {names}."
-    if language in NOTICES:
-        text += " " + NOTICES[language].format(langs="或".join(ZH_NAMES.get(x, x)
-                                                              for x in spoken))
-    return text
-
-
-class TagStripper:
-    """Drop the persona's reply tag ("小安：") from the start of the streamed reply: kept in the
-    text (the harnesses check it), never spoken."""
-
-    def __init__(self, tag: str) -> None:
-        self.tag, self._lead, self._done = tag, "", not tag
-
-    def push(self, text: str) -> str:
-        if self._done:
-            return text
-        self._lead += text
-        if self.tag.startswith(self._lead) and len(self._lead) <= len(self.tag):
-            return ""  # still possibly the tag
-        self._done = True
-        lead = self._lead.lstrip()
-        return lead[len(self.tag):].lstrip() if lead.startswith(self.tag) else self._lead
-
-    def flush(self) -> str:
-        if self._done:
-            return ""
-        self._done = True
-        return "" if self._lead.strip() == self.tag else self._lead
-
-
-def answered_pairs(kept: list[dict], leave_out: Turn | None = None) -> list[dict]:
-    """The window's user/assistant pairs as the prompt has them: a reply still empty (a
-    turn in flight) is left out with its question, and so is `leave_out`'s."""
-    out: list[dict] = []
-    for user, reply in zip(kept[::2], kept[1::2], strict=False):
-        if reply["content"] and not (leave_out is not None and leave_out.owns(user)):
-            out += [{"role": "user", "content": user["content"]},
-                    {"role": "assistant", "content": reply["content"]}]
-    return out
-
-
-def history_start(n_messages: int, start: int, max_turns: int) -> int:
-    """Index of the first history message to send: unchanged while the window holds at most
-    `max_turns` user/assistant pairs (plus the new user message), then moved up to keep the
-    newest half of them. History alternates user/assistant, so the start stays even."""
-    pending = n_messages % 2  # the new user message, not answered yet
-    if n_messages - start <= 2 * max_turns + pending:
-        return start
-    return n_messages - 2 * max(1, max_turns // 2) - pending
-
-
-def load_persona(path: Path) -> str:
-    try:
-        text = Path(path).read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise SystemExit(f"Cannot read the persona file {path}: {exc}") from exc
-    if not text:
-        raise SystemExit(f"The persona file {path} is empty.")
-    return text

@@ -23,7 +23,7 @@ from app.config import ROOT, Endpoint, LlmConfig
 from app.launch import cpu_server
 from app.llm import StreamStats, stream_chat
 from app.padding import block_size, pad_to_block, system_token_counter
-from app.pipeline import load_persona
+from app.prompt import load_persona
 
 TOPICS = ["the sea", "trains", "coffee", "winter", "music", "cats", "rain", "bread", "stars",
           "bicycles", "tea", "the moon", "rivers", "snow", "books", "apples", "wind", "clocks"]

@@ -142,7 +142,7 @@ def test_stand_in_speech_reads_a_real_reply_in_the_models_timing():
     """`--tts-stand-in` (dry runs): each delta of the model's stream becomes the next word of
     a real reply, so the chunker cuts a short first piece of real words, as it would from a
     real model; the conversation and history keep what the model said."""
-    from app.pipeline import STAND_IN_REPLIES
+    from app.replytext import stand_in_replies
 
     a = agent(ScriptedLlm(REPLY))
     a.cfg.tts.stand_in = True
@@ -150,20 +150,20 @@ def test_stand_in_speech_reads_a_real_reply_in_the_models_timing():
     assert session.history[1]["content"] == "".join(REPLY)
     spoken = " ".join(a.tts.spoken)
     # five deltas after the persona tag: the first five words of one stand-in reply
-    assert any(reply.split(" ")[:5] == spoken.split(" ") for reply in STAND_IN_REPLIES), spoken
+    assert any(reply.split(" ")[:5] == spoken.split(" ") for reply in stand_in_replies()), spoken
     assert len(a.tts.spoken[0].split(" ")) <= 3  # the first piece is short, as a real one
     assert len(a.tts.spoken) == len(chunks) >= 2
     assert m.first_piece_tokens is not None
 
 
 def test_a_stand_in_reply_goes_on_with_the_next_when_the_model_says_more():
-    from app.pipeline import STAND_IN_REPLIES, StandIn
+    from app.replytext import StandIn, stand_in_replies
 
-    s = StandIn(len(STAND_IN_REPLIES) - 1)
-    n = len(STAND_IN_REPLIES[-1].split(" "))
+    s = StandIn(len(stand_in_replies()) - 1)
+    n = len(stand_in_replies()[-1].split(" "))
     said = "".join(s.push("x") for _ in range(n + 2)).split()
-    assert said[:n] == STAND_IN_REPLIES[-1].split(" ")
-    assert said[n:] == STAND_IN_REPLIES[0].split(" ")[:2]
+    assert said[:n] == stand_in_replies()[-1].split(" ")
+    assert said[n:] == stand_in_replies()[0].split(" ")[:2]
     assert s.push("") == ""  # a delta with no text (a skipped tag) says nothing
 
 

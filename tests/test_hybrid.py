@@ -10,7 +10,7 @@ from app.config import Endpoint, LlmConfig
 from app.launch import VLLM_PYTHON
 from app.llm import StreamStats, dry_run_info, post_json, stream_chat
 from app.padding import measured_block_size, pad_to_block, server_block_size, system_token_counter
-from app.pipeline import load_persona
+from app.prompt import load_persona
 from build.latency import weights
 from tests.conftest import ARTIFACTS, ROOT, ask_once, run_build, served
 

@@ -6,7 +6,7 @@ import pytest
 from app.config import LlmConfig
 from app.llm import StreamStats, stream_chat
 from app.padding import pad_to_block, server_block_size, system_token_counter
-from app.pipeline import load_persona
+from app.prompt import load_persona
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration

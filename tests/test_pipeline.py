@@ -135,7 +135,7 @@ def test_mandarin_voice_turn_is_transcribed_in_simplified_chinese(agent):
 
 
 def test_history_window_moves_in_jumps():
-    from app.pipeline import history_start
+    from app.prompt import history_start
 
     start, starts = 0, []
     for n_pairs in range(1, 20):
