@@ -12,7 +12,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from app.config import DEMO_ASR_THREADS, ROOT, AppConfig, AsrConfig, from_args, parse
+from app.cli import from_args, parse
+from app.config import DEMO_ASR_THREADS, ROOT, AppConfig, AsrConfig
 from app.gpuplan import format_plan, gpu_memory_gib, gpu_servers, plan_gpus
 from app.launch import (
     DEMO_SERVED_NAME,

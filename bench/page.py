@@ -51,7 +51,7 @@ def launch(pw, mic_file: Path | None = None, cpus: str = ""):
     args = ARGS + ([f"--use-file-for-fake-audio-capture={mic_file}"] if mic_file else [])
     mask = os.sched_getaffinity(0)
     if cpus:
-        from app.config import parse_cpus
+        from app.cli import parse_cpus
 
         os.sched_setaffinity(0, parse_cpus(cpus))  # the browser inherits it
     try:

@@ -1,6 +1,7 @@
 import pytest
 
-from app.config import CPU_SHORT_WINDOW_S, TurnConfig, from_args, parser
+from app.cli import from_args, parser
+from app.config import CPU_SHORT_WINDOW_S, TurnConfig
 
 
 def test_defaults_bind_loopback():
@@ -72,7 +73,7 @@ def test_turn_close_p_is_a_probability(capsys):
 
 
 def test_anchor_flags_env_and_config_file(tmp_path, monkeypatch):
-    from app.config import parse
+    from app.cli import parse
 
     cfg = from_args(parse(["--anchor-base-url", "http://a/v1", "--anchor-model", "anc"]))
     assert cfg.anchor.name == "anchor" and cfg.anchor.model == "anc"
@@ -95,7 +96,7 @@ def test_anchor_flags_env_and_config_file(tmp_path, monkeypatch):
                                               ("language", '"fr"', "--language"),
                                               ("max_tokens", '"many"', "--max-tokens")])
 def test_a_bad_toml_value_fails_like_the_flag(tmp_path, capsys, key, value, flag):
-    from app.config import parse
+    from app.cli import parse
 
     conf = tmp_path / "bad.toml"
     conf.write_text(f"{key} = {value}\n")
@@ -109,7 +110,7 @@ def test_a_bad_toml_value_fails_like_the_flag(tmp_path, capsys, key, value, flag
 
 
 def test_toml_booleans_are_flags(tmp_path):
-    from app.config import parse
+    from app.cli import parse
 
     conf = tmp_path / "b.toml"
     conf.write_text("no_ab = true\nno_persona_padding = false\n")
@@ -164,7 +165,8 @@ def test_gpu_servers_take_the_card_and_voice_flags(tmp_path):
 
 
 def test_the_speculative_start_comes_sooner_where_asr_runs_on_a_gpu():
-    from app.config import GPU_EAGER_MS, VadConfig
+    from app.cli import GPU_EAGER_MS
+    from app.config import VadConfig
 
     assert from_args(parser().parse_args([])).vad.eager_ms == VadConfig.eager_ms == 64
     gpu = from_args(parser().parse_args(["--asr-device", "cuda"]))
@@ -174,7 +176,8 @@ def test_the_speculative_start_comes_sooner_where_asr_runs_on_a_gpu():
 
 
 def test_the_model_request_waits_for_a_longer_silence_on_the_cpu_only():
-    from app.config import GPU_MODEL_AFTER_MS, VadConfig
+    from app.cli import GPU_MODEL_AFTER_MS
+    from app.config import VadConfig
 
     assert from_args(parser().parse_args([])).vad.model_after_ms == VadConfig.model_after_ms \
         == 128

@@ -6,7 +6,8 @@ import re
 
 import yaml
 
-from app.config import PRIMARY_MODEL, from_args, parse
+from app.cli import from_args, parse
+from app.config import PRIMARY_MODEL
 from app.gpuplan import MARLIN_DENSE
 from app.launch import CARD_FLAGS, VOICE_FLAGS
 from app.workers import split_slots

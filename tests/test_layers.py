@@ -56,8 +56,8 @@ LAYERS = {
     "web": {"app.ui", "app.hub", "app.transport", "app.views", "app.plots", "app.server",
             "app.client", "app.prometheus", "app.realtime", "app.realtime_out",
             "app.realtime_reply", "app.realtime_protocol", "app.realtime_audio"},
-    "operations": {"app.machine", "app.launch", "app.gpuplan", "app.workers", "app.prepare",
-                   "app.__main__"},
+    "operations": {"app.machine", "app.launch", "app.gpuplan", "app.cli", "app.workers",
+                   "app.prepare", "app.__main__"},
 }
 """The app's layers, lowest first (docs/ARCHITECTURE.md): a module imports from its own
 layer or lower ones only. The state machine (`app.floor`) sits below the chain it drives."""

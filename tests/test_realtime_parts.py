@@ -117,7 +117,7 @@ def test_the_key_is_asked_for_wherever_credentials_are():
 
 
 def test_the_key_is_read_from_the_environment_and_never_shown(monkeypatch):
-    from app.config import from_args, parser
+    from app.cli import from_args, parser
 
     monkeypatch.setenv("VOICE_AGENT_REALTIME_KEY", "s3cret-k3y")
     cfg = from_args(parser().parse_args([]))
