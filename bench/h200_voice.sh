@@ -22,6 +22,12 @@
 #   ASR_DEVICE=cuda SERVERS=running CAPACITY=32,32 APP_FLAGS="--tts-stand-in \
 #     --max-sessions 32 --workers 4 --model-after-ms 96" bash bench/h200_voice.sh OUT 5
 #                                     # the README's many-callers flags (docs/PERFORMANCE.md)
+#   ANCHOR=off VLLM_FLAGS="--max-num-seqs 64 --max-cudagraph-capture-size 1024 \
+#     --max-num-batched-tokens 1024" bash bench/h200_voice.sh servers   # 64 callers (issue 50):
+#                 no step larger than the largest CUDA graph; with the card's 256, a step
+#                 that takes several turns' prefills at once runs without one (H100: v2v
+#                 p50 875/748 -> 539/575 ms, docs/bench/gpu/capacity-h100-64/)
+#   bash bench/capacity_vllm.sh RES NAME "VLLM_FLAGS"   # the same, vLLM's /metrics sampled
 # Replies are random text (dummy weights) that never ends by itself: MAX_TOKENS=8 caps them
 # at about one short clause, the size of a real reply's first piece.
 set -euo pipefail
