@@ -63,6 +63,17 @@ class Caller:
     def first(self, kind: str, since_ms: float = 0.0) -> tuple[float, object] | None:
         return next(((t, e) for t, e in self.events if e.type == kind and t >= since_ms), None)
 
+    def completed(self, since_ms: float = 0.0) -> list:
+        """The responses that played to their end (a turn the user's next words continued
+        is cancelled before any of it is heard: its response is done, but cancelled)."""
+        return [e.response for e in self.of("response.done", since_ms)
+                if e.response.status == "completed"]
+
+    def first_audio(self, response_id: str) -> float | None:
+        """When the response's first audio arrived (client ms)."""
+        return next((t for t, e in self.events if e.type == "response.output_audio.delta"
+                     and e.response_id == response_id), None)
+
     async def wait(self, check: Callable[[], object], timeout_s: float = 60.0) -> object:
         """Until `check()` is true (returned), or TimeoutError with the last events."""
         deadline = time.monotonic() + timeout_s

@@ -31,7 +31,7 @@ from app.client import LEAD_S, VoiceClient
 from app.launch import ROOT, AppServer
 from app.machine import describe, machine
 from app.metrics import percentile
-from bench.realtime_caller import Caller
+from bench.realtime_caller import Caller, now_ms
 from bench.voice_turns import clips, speech_end_s
 
 KEY = "bench-realtime-key"
@@ -60,13 +60,10 @@ async def run(app: AppServer, turns: int) -> tuple[list[dict], dict[str, str]]:
                         last = reply.stream_start_ms + (LEAD_S + speech_end_s(x)) * 1000
                         v2v = reply.first_audio_ms - last
                     else:
-                        since = len(caller.of("response.done"))
-                        last = await caller.say(
-                            x, until=lambda n=since: len(caller.of("response.done")) > n,
-                            timeout_s=120)
-                        first = caller.first("response.output_audio.delta",
-                                             caller.stream_start_ms)
-                        v2v = first[0] - last
+                        since = now_ms()
+                        last = await caller.say(x, until=lambda t=since: caller.completed(t),
+                                                timeout_s=120)
+                        v2v = caller.first_audio(caller.completed(since)[-1].id) - last
                     records.append({"turn": i + 1, "channel": channel, "said": text,
                                     "v2v_ms": round(v2v, 1)})
                     print(f"turn {i + 1} {channel:8s} {v2v:7.0f} ms  {text!r}", flush=True)
