@@ -134,6 +134,8 @@
   }
   function unpause() {
     if (!va.paused) return;
+    // for the page's tests only (the server decided it): when the reply was heard again
+    va.log.push({ type: "resumed", turn: va.paused.turn, t_ms: performance.now() });
     va.paused = null;
     ctx.resume().then(() => {
       gain.gain.cancelScheduledValues(ctx.currentTime);
