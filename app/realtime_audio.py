@@ -125,11 +125,14 @@ def pcm_to_alaw() -> np.ndarray:
 
 # --- the client's audio as microphone frames ---------------------------------------------------
 class InputClock:
-    """Capture times for audio that comes without them. A frame is stamped with the time it
-    arrived, but never earlier than the frame before it ended: audio sent faster than it
-    plays keeps its length on this clock, so the endpointer's silences and the turn's
-    times stay true. It also knows each time's place in the stream, which the protocol's
-    `audio_start_ms` / `audio_end_ms` count (milliseconds of audio appended)."""
+    """Capture times for audio that comes without them, on the server's clock: the frames
+    of one append end at its arrival, spaced by their length, and never before the frame
+    before them. A frame is then never stamped later than it arrived: stamped ahead, the
+    turn would take the microphone for behind and hold its first audio until the frames
+    caught up with the stamps. Audio sent faster than it plays is squeezed on this clock;
+    the endpointer counts silence in samples, so only the stamps are. The clock also knows
+    each time's place in the stream, which the protocol's `audio_start_ms` /
+    `audio_end_ms` count (milliseconds of audio appended)."""
 
     def __init__(self) -> None:
         self.end_ms = -math.inf
@@ -139,7 +142,7 @@ class InputClock:
 
     def place(self, arrived_end_ms: float, duration_ms: float) -> float:
         """A frame that arrived as if it ended at `arrived_end_ms`: its capture time."""
-        self.end_ms = max(arrived_end_ms, self.end_ms + duration_ms)
+        self.end_ms = max(arrived_end_ms, self.end_ms)
         self.total_ms += duration_ms
         return self.end_ms
 

@@ -89,10 +89,11 @@ class RealtimeOut:
         event = {"type": kind, "event_id": self.ids("event"), **fields}
         self.queue.put_nowait((json.dumps(event, ensure_ascii=False), on_write))
 
-    def now_ms(self) -> float:
-        """The conversation's clock for reports: server time, but never before the newest
-        frame's capture time (audio sent faster than it plays runs ahead of it)."""
-        return max(time.perf_counter() * 1000.0, self.frames.clock.end_ms)
+    @staticmethod
+    def now_ms() -> float:
+        """The conversation's clock, for reports as for the frames' capture times
+        (`InputClock`): the server's."""
+        return time.perf_counter() * 1000.0
 
     def _report(self, kind: str, turn_id: int, t_ms: float, **fields) -> None:
         if self.listener is not None and turn_id:
@@ -221,8 +222,7 @@ class RealtimeOut:
             silent = max(now, r.until if r is not None else now)
             # reported once the client's held audio has played out: then it is silent
             self.loop.call_later(silent - now, lambda: self._report(
-                "paused", turn_id, max(silent * 1000.0, self.frames.clock.end_ms),
-                cause_ms=event.get("cause_ms")))
+                "paused", turn_id, silent * 1000.0, cause_ms=event.get("cause_ms")))
         elif kind == "resume" and r is not None and r.phase is Phase.PAUSED:
             r.phase = Phase.PLAYING
             self._pump()
