@@ -54,7 +54,7 @@ class RealtimeOut:
         self._decoder = FrameDecoder()
         self._talking = False
         self._timer: asyncio.TimerHandle | None = None
-        self._scan_due = False
+        self._scan_due = self.closed = False
 
     # --- what the core calls (any thread) -------------------------------------------------
     def changed(self) -> None:
@@ -165,7 +165,7 @@ class RealtimeOut:
                   item=item)
         self.emit("conversation.item.done", previous_item_id=None, item=item)
         self.emit("response.done", response=self._response(r, status, details))
-        self._pump_soon()  # a reply after it may play now
+        self.loop.call_soon(self._pump)  # a reply after it may play now
 
     def stopped(self, r: Reply, cause_ms: float | None = None) -> None:
         """The reply stops where it is: reported as the page's player does, then the
@@ -248,14 +248,13 @@ class RealtimeOut:
                                                  "message": m.error}} if failed else None)
 
     # --- pacing ------------------------------------------------------------------------------
-    def _pump_soon(self) -> None:
-        self.loop.call_soon(self._pump)
-
     def _pump(self) -> None:
         """Send what the playing reply's client may hold; finish it once played out."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self.closed:
+            return  # no client: nothing plays
         r = next((r for r in self.replies.values()
                   if r.phase in (Phase.PLAYING, Phase.PAUSED)), None)
         if r is None or r.phase is Phase.PAUSED:
@@ -396,5 +395,6 @@ class RealtimeOut:
                   audio_end_ms=self.frames.clock.position(at_ms))
 
     def close(self) -> None:
+        self.closed = True
         if self._timer is not None:
             self._timer.cancel()

@@ -76,6 +76,8 @@ def test_a_spoken_question_gets_its_transcript_its_voice_and_done(app):
             return caller, sid, last_voiced
 
     caller, sid, last_voiced = asyncio.run(talk())
+    created = caller.first("session.created")[1].session
+    assert created.audio.input.turn_detection.type == "semantic_vad"  # the demo's, by words
     kinds = [e.type for _, e in caller.events]
     order = ["input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped",
              "input_audio_buffer.committed", "response.created", "response.output_audio.delta",
@@ -135,23 +137,48 @@ def test_speech_over_a_reply_cancels_it_and_truncates_it_to_what_was_heard(app):
     assert stopped[0]["heard_chars"] is not None
 
 
-def test_a_typed_question_is_answered(app):
+def test_a_typed_question_is_answered_and_a_reply_can_be_cut_short(app):
+    """A typed question is answered; the next reply is stopped by the client at its first
+    audio, once by truncating its item where the client's playback was, once by
+    response.cancel."""
+    async def ask(conn, text: str) -> None:
+        await conn.conversation.item.create(item={
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+        await conn.response.create()
+
     async def talk():
         async with connect(app) as conn:
             caller, sid = await opened(conn)
             await conn.session.update(session={"type": "realtime", "output_modalities": ["audio"]})
-            await conn.conversation.item.create(item={
-                "type": "message", "role": "user",
-                "content": [{"type": "input_text", "text": "What is the capital of France?"}]})
-            await conn.response.create()
+            await ask(conn, "What is the capital of France?")
             await caller.wait(lambda: caller.of("response.done"), 60)
+            for stop in ("truncate", "cancel"):
+                n, t0 = len(caller.of("response.done")), now_ms()
+                await ask(conn, "Tell me a short joke about cats.")
+                await caller.wait(lambda t0=t0: caller.of("response.output_audio.delta", t0), 60)
+                reply = caller.of("response.created")[-1].response.id
+                item = caller.of("response.output_item.added")[-1].item.id
+                if stop == "truncate":
+                    await conn.conversation.item.truncate(item_id=item, content_index=0,
+                                                          audio_end_ms=100)
+                else:
+                    await conn.response.cancel(response_id=reply)
+                await caller.wait(lambda n=n: len(caller.of("response.done")) > n, 30)
             return caller, sid
 
     caller, sid = asyncio.run(talk())
-    done = caller.of("response.done")[0].response
-    assert done.status == "completed" and audio_ms(caller, done.id) > 300, why(caller)
-    assert done.output[0].content[0].transcript
-    assert any(r["source"] == "realtime-text" for r in export(app, sid))
+    done = [e.response for e in caller.of("response.done")]
+    assert done[0].status == "completed" and audio_ms(caller, done[0].id) > 300, why(caller)
+    assert done[0].output[0].content[0].transcript
+    for cut in done[1:]:
+        assert cut.status == "cancelled", why(caller)
+        assert cut.status_details.reason == "client_cancelled"
+    truncated = caller.of("conversation.item.truncated")
+    assert [t.item_id for t in truncated] == [d.output[0].id for d in done[1:]]
+    assert truncated[0].audio_end_ms <= 100  # where the client said its playback was
+    rows = export(app, sid)
+    assert [r["source"] for r in rows] == ["realtime-text"] * 3
+    assert [r["cancelled"] for r in rows] == [False, True, True], rows
 
 
 def test_bad_events_get_errors_and_the_session_still_answers(app):

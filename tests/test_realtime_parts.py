@@ -152,14 +152,15 @@ class Agent:
         self.detector = TurnDetector(TurnConfig("off"), self.cfg.vad.silence_ms)
 
 
-@pytest.fixture
-def reply():
+@pytest.fixture(params=[False])
+def reply(request):
     """A published voice turn of a Realtime session, its outbox, and what reached the
     client (event types, and the events by type)."""
     loop = asyncio.new_event_loop()
     conversation = Conversation(Agent())  # type: ignore[arg-type]
     session = Session("s", channel="realtime")
-    out = RealtimeOut(loop, session, conversation, SessionConfig)
+    config = SessionConfig(text_only=request.param)
+    out = RealtimeOut(loop, session, conversation, lambda: config)
     out.listener = reports = Reports(conversation, session)
     session.outbox = out
     turn = Turn(session, TurnMetrics(session.new_turn_id(), "primary", source="realtime-voice"),
@@ -245,3 +246,18 @@ def test_a_pause_holds_the_deltas_and_a_stop_truncates_to_what_played(reply):
                                                                 abs_tol=0.01)
     speak(turn, 0.5, index=1)  # a stopped reply's audio still under way: dropped
     assert audio_ms(events) == audio_ms(run(0.1) and events)
+
+
+@pytest.mark.parametrize("reply", [True], indirect=True)
+def test_a_text_only_session_gets_the_words_and_no_audio(reply):
+    turn, out, reports, run, events = reply
+    speak(turn, 1.0)
+    speak(turn, 0.5, index=1, text="It is big.")
+    turn.finish()
+    kinds = run(0.0)
+    assert "response.output_audio.delta" not in kinds
+    assert [e["delta"] for e in events if e["type"] == "response.output_text.delta"] == \
+        ["Paris. ", "It is big. "]
+    done = next(e for e in events if e["type"] == "response.done")["response"]
+    assert done["output"][0]["content"][0] == {"type": "output_text", "text": "Paris. It is big."}
+    assert reports.kinds() == ["done"]  # nothing was heard: no "audible"
