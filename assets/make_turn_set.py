@@ -57,6 +57,7 @@ VOICES = {
     "zh": ["kokoro:jf_gongitsune", "kokoro:jm_kumo", "kokoro:jf_nezumi"],
 }
 ESPEAK_WPM = 160  # the benchmark's rate: an unhurried assistant user
+KOKORO_EN_SPEED = 0.8  # Kokoro reads English IPA at ~216 words a minute; this makes ~173
 RATE = 16000
 LEAD_S, TAIL_S = 0.4, 1.5  # silence before and after the speech
 PAUSE_MS = (500, 1000)
@@ -79,7 +80,9 @@ class Voices:
         self.kokoro: KokoroTts | None = None
 
     def speak(self, voice: str, text: str) -> np.ndarray:
-        """16 kHz float audio of `text`, cut to its speech."""
+        """16 kHz float audio of `text`, cut to its speech. Engines: "espeak" (an espeak-ng
+        voice), "kokoro" (a Kokoro speaker reading misaki's Mandarin phonemes) and
+        "kokoro-en" (one reading espeak-ng's American English IPA, `english_ipa`)."""
         from app.audio import resample
 
         engine, name = voice.split(":", 1)
@@ -91,11 +94,13 @@ class Voices:
 
                 self.kokoro = KokoroTts()
                 self.kokoro.setup()
-            phonemes, _ = self.kokoro.g2p(text)
+            phonemes = english_ipa(text) if engine == "kokoro-en" else self.kokoro.g2p(text)[0]
             # "a+b": the speakers' styles averaged, a voice that is neither of them
             style = name if "+" not in name else np.mean(
                 [self.kokoro.model.get_voice_style(n) for n in name.split("+")], axis=0)
-            pcm, rate = self.kokoro.model.create(phonemes, voice=style, is_phonemes=True)
+            pcm, rate = self.kokoro.model.create(
+                phonemes, voice=style, is_phonemes=True,
+                speed=KOKORO_EN_SPEED if engine == "kokoro-en" else 1.0)
         x = resample(pcm, rate, RATE)
         start, end = speech_bounds(x)
         return cap_gaps(x[start:end])
@@ -111,6 +116,16 @@ def _espeak(voice: str, text: str) -> tuple[np.ndarray, int]:
                          input=text.encode(), capture_output=True, check=True).stdout
     x, rate = sf.read(io.BytesIO(raw), dtype="float32")
     return x, rate
+
+
+def english_ipa(text: str) -> str:
+    """`text` as espeak-ng writes it in IPA (American English), for Kokoro to read: its
+    clauses joined by commas and the sentence's own closing mark put back, so that Kokoro
+    has the pauses and the intonation of a question (espeak's IPA leaves punctuation out)."""
+    ipa = subprocess.run(["espeak-ng", "-q", "--ipa", "-v", "en-us"], input=text.encode(),
+                         capture_output=True, check=True).stdout.decode()
+    mark = text.strip()[-1:] if text.strip()[-1:] in ("?", ".", "!") else ""
+    return ", ".join(line.strip() for line in ipa.splitlines() if line.strip()) + mark
 
 
 def frame_db(x: np.ndarray, frame: int) -> np.ndarray:
