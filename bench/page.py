@@ -98,3 +98,29 @@ def start_recording(page) -> None:
 
 def stop_recording(page) -> None:
     page.click("#va-mic-btn")
+
+
+SCRIPTED_MIC = (Path(__file__).parent / "scripted_mic.js").read_text()
+"""The scripted microphone (bench/scripted_mic.js), for `visitor`'s `init_script`."""
+
+
+def say(page, pcm: np.ndarray, gain: float = 1.0) -> float:
+    """Play 16 kHz int16 `pcm` into a page's scripted microphone, now: the page's clock
+    (performance.now(), ms) at which it started."""
+    import base64
+
+    data = base64.b64encode(pcm.astype("<i2").tobytes()).decode()
+    return page.evaluate("(a) => { window.__mic.play(a.b, 16000, a.g); "
+                         "return performance.now(); }", {"b": data, "g": gain})
+
+
+def player_log(page) -> list[dict]:
+    """What the page's player reported, in order: audible, paused, stopped, done, with the
+    turn and the page's clock (`t_ms`)."""
+    return page.evaluate("() => window.voiceAgent.log")
+
+
+def user_messages(page) -> list[str]:
+    """The user's turns the page's conversation shows, in order."""
+    return page.evaluate("() => [...document.querySelectorAll('#va-chat .message-row.user-row')]"
+                         ".map(e => e.innerText.trim())")
