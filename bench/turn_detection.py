@@ -15,7 +15,7 @@ measured: a verdict exists at the pause + ASR + the signals it asked for; the tu
 when the silence reaches its hold, unless the user went on first. "off" is the fixed
 silence. A reply heard before the sentence's last word is a false cut-off; a commit that
 the user's going on undoes before its reply is audible (`--ready-ms` after the transcript)
-is joined unheard, as the app does (app/conversation.py `_hold_for_voice`).
+is joined unheard, as the app does (`HoldForVoice` in app/floor.py).
 
 `--replay` takes the signals and times a run recorded (each pause's transcript, the
 model's and Smart Turn's probabilities, what each cost) and decides again: a change of the
