@@ -77,8 +77,9 @@ def test_questions_said_over_a_long_reply_each_become_their_own_turn(long_url):
         for _, pcm, speech_ms, speech_end_ms in asked:
             time.sleep(INTO_THE_REPLY_S)  # into the reply to the question before
             before = len(reports(log(page), "audible"))
-            t0 = page.evaluate("() => performance.now()")
-            say(page, pcm)
+            seconds = say(page, pcm)
+            # when the clip started playing (a busy page starts it a while after the call)
+            t0 = page.evaluate("() => window.__mic.lastEnd") - seconds * 1000
             end = t0 + speech_end_ms  # the user's last word
             # this question's own reply, once the question is over
             entries = wait_for(page, lambda e, b=before: len(reports(e, "audible")) > b,
