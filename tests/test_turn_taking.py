@@ -47,7 +47,10 @@ def tt_url(endpoint):
     """The app with the demo preset (languages: English; Mandarin detected by Whisper base),
     short replies so that each run plays one out (20 tokens: ~4 s of speech, time enough to
     interrupt it 1 s in)."""
-    app = AppServer(app_args(endpoint, max_tokens=20), log_path=LOG).start()
+    # no reply budget: its two sentences can be "1." and a short line, a reply over before
+    # the interruption said a second into it is checked
+    app = AppServer([*app_args(endpoint, max_tokens=20), "--reply-sentences", "0"],
+                    log_path=LOG).start()
     try:
         yield app.wait_healthy().url
     finally:
