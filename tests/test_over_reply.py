@@ -88,7 +88,10 @@ def test_questions_said_over_a_long_reply_each_become_their_own_turn(long_url):
             time.sleep(max(0.0, (end - page.evaluate("() => performance.now()")) / 1000))
             entries = log(page)
             over_user.append(round(heard_while(entries, t0 + speech_ms + CHECK_MS, end), 1))
-        users = user_messages(page)
+        # the last question may have continued a fragment: its turn shows once published
+        deadline = time.monotonic() + 30
+        while len(users := user_messages(page)) <= len(asked) and time.monotonic() < deadline:
+            time.sleep(0.5)
     asked_users = users[1:]
     recall = [round(max((word_recall(text, u) for u in asked_users), default=0.0), 2)
               for text, *_ in asked]
