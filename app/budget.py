@@ -3,10 +3,10 @@
 A listener cannot skim. The product's replies are a sentence or two, and a reply that runs
 on keeps the agent talking while the user wants the floor back, so most questions are then
 spoken over it. The budget counts the sentence ends the chunker cuts at (`。！？；…` in
-Mandarin, `.!?` followed by a space in English, not after an abbreviation or inside a
-number); once the reply has said its last allowed sentence, the rest of the stream is cut
-off, the request is closed (so the server stops generating it), and only what was kept goes
-into the history.
+Mandarin, `.!?` followed by a space in English, not after an abbreviation, inside a number
+or after a list item's number); once the reply has said its last allowed sentence, the rest
+of the stream is cut off, the request is closed (so the server stops generating it), and
+only what was kept goes into the history.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
-from app.chunking import EN_END, ZH_END, is_abbreviation, skip_closers
+from app.chunking import EN_END, ZH_END, english_end, skip_closers
 from app.messages import ReplyDelta
 
 
@@ -51,22 +51,28 @@ class ReplyBudget:
 
     def _scan(self) -> int | None:
         """The end of the last allowed sentence in the text so far, once it is certain:
-        a run of end marks and closing quotes, and then (in English, a space) more text."""
+        a run of Mandarin end marks and closing quotes with more text after it, or an
+        English end as the chunker cuts it (`english_end`)."""
         buf, i = self._text, self._checked
         while i < len(buf):
-            if buf[i] not in ZH_END + EN_END:
+            if buf[i] in ZH_END:
+                end = i
+                while end < len(buf) and buf[end] in ZH_END + EN_END:
+                    end += 1
+                end = skip_closers(buf, end)
+                if end >= len(buf):
+                    break  # the run may go on
+            elif buf[i] in EN_END:
+                end = english_end(buf, i)
+                if end is None:
+                    if skip_closers(buf, i + 1) >= len(buf):
+                        break  # what follows the mark decides, and it has not come yet
+                    i += 1
+                    continue
+            else:
                 i += 1
                 continue
-            end = i
-            while end < len(buf) and buf[end] in ZH_END + EN_END:
-                end += 1
-            end = skip_closers(buf, end)
-            if end >= len(buf):
-                break  # the run may go on, or (in English) no space has come yet
-            chinese = any(ch in ZH_END for ch in buf[i:end])
-            head = buf[:end].strip()
-            if head and (chinese or buf[end].isspace() and not (
-                    buf[end - 1] == "." and is_abbreviation(head))):
+            if buf[:end].strip():
                 self.done += 1
                 if self.done >= self.sentences:
                     return end

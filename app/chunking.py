@@ -13,8 +13,10 @@ demo), a phrase much longer than the one before leaves the reply silent between 
 "Silence inside the reply").
 
 A full stop ends a sentence unless it closes a real abbreviation ("Mr.", "e.g.", "a.m.", a
-single initial) or sits inside a number ("3.5" has no space after the dot): "Nice to meet
-you." and "It is 42." end sentences.
+single initial), sits inside a number ("3.5" has no space after the dot) or numbers a list
+item ("1. Drink water", at a line's start or after a colon or a sentence): "Nice to meet
+you." and "It is 42." end sentences. The reply budget (app/budget.py) counts sentences by
+the same rule (`english_end`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ _CLOSERS = "\"'”’）)」』"
 ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "vs",
                            "approx", "dept", "fig", "gen", "gov", "sgt", "capt", "lt"})
 _DOTTED = re.compile(r"(?:[a-z]\.)+[a-z]")  # e.g, i.e, a.m, u.s (the last dot is the cut)
+# A list item's number: at the start, after a line break, a colon or a sentence's end.
+_LIST_NUMBER = re.compile(r"(?:^|[\n:：.!?。！？]\s*)\d{1,2}\.$")
 
 
 class SentenceChunker:
@@ -88,14 +92,8 @@ class SentenceChunker:
                 if len(buf[:end].strip()) >= self.min_chars or ch in "。！？":
                     return end
             elif ch in EN_END:
-                end = self._skip_closers(i + 1)
-                # an English sentence ends only where whitespace follows (else: "3.5", "a.m")
-                if end >= len(buf) or not buf[end].isspace():
-                    continue
-                head = buf[:end].strip()
-                if ch == "." and is_abbreviation(head):
-                    continue
-                if len(head) >= self.min_chars:
+                end = english_end(buf, i)
+                if end is not None and len(buf[:end].strip()) >= self.min_chars:
                     return end
             elif ch in _CLAUSE:
                 end = i + 1
@@ -125,6 +123,19 @@ def skip_closers(text: str, pos: int) -> int:
     while pos < len(text) and text[pos] in _CLOSERS:
         pos += 1
     return pos
+
+
+def english_end(text: str, i: int) -> int | None:
+    """Where the sentence that the mark `text[i]` (one of `.!?`) ends stops, after its
+    closing quotes; None where it ends none, or none yet: no whitespace after it so far
+    ("3.5", "a.m." may go on), an abbreviation, or a list item's number."""
+    end = skip_closers(text, i + 1)
+    if end >= len(text) or not text[end].isspace():
+        return None
+    head = text[:end].strip()
+    if text[i] == "." and (is_abbreviation(head) or bool(_LIST_NUMBER.search(head))):
+        return None
+    return end
 
 
 def is_abbreviation(head: str) -> bool:

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.budget import ReplyBudget, sentences, within
+from app.chunking import split_all
 from tests.conftest import ROOT
 
 
@@ -48,6 +49,18 @@ def test_mandarin_sentences_end_at_their_marks():
 def test_numbers_and_abbreviations_do_not_end_a_sentence():
     text = "It costs 3.5 dollars. Dr. Smith agrees, e.g. in May. That is all. Bye."
     assert kept(text, 2) == ("It costs 3.5 dollars. Dr. Smith agrees, e.g. in May.", True)
+
+
+def test_a_list_items_number_does_not_end_a_sentence():
+    """"1." numbers an item at a line's start, after a colon or after a sentence; "It is
+    42." still ends one."""
+    text = "Try these:\n1. Drink water.\n2. Sleep early.\n3. Walk."
+    assert kept(text, 2) == ("Try these:\n1. Drink water.\n2. Sleep early.", True)
+    text = "Two tips: 1. Rest. 2. Eat well. That is all."
+    assert kept(text, 2) == ("Two tips: 1. Rest. 2. Eat well.", True)
+    assert kept("It is 42. Yes. No.", 2) == ("It is 42. Yes.", True)
+    assert split_all("Two tips: 1. Rest well tonight. 2. Eat.", first_max_words=9) == [
+        "Two tips:", "1. Rest well tonight.", "2. Eat."]
 
 
 def test_marks_and_closers_stay_with_their_sentence():
