@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from app.metrics import TurnMetrics
-from app.pipeline import Agent
+from app.rival import Rival
 from app.session import Session
 from app.turn import Turn
 
@@ -57,9 +57,9 @@ class AnchorQueue:
     """One session's anchor requests: those waiting (oldest turn first) and the one in
     flight."""
 
-    def __init__(self, agent: Agent, session: Session,
+    def __init__(self, rival: Rival, session: Session,
                  post: Callable[[AbDone], None]) -> None:
-        self.agent, self.session, self.post = agent, session, post
+        self.rival, self.session, self.post = rival, session, post
         self.waiting: list[AbJob] = []
         self.running: AbJob | None = None
         self.dropped: set[int] = set()
@@ -99,8 +99,8 @@ class AnchorQueue:
 
     def _send(self, job: AbJob) -> None:
         try:
-            job.record = self.agent.measure(
-                job.turn, self.agent.cfg.anchor, job.messages, "after-primary",
+            job.record = self.rival.measure(
+                job.turn, job.messages, "after-primary",
                 cancel=job.cancel, m=job.record, retries=job.tries - 1,
                 ran_after_ms=round((time.perf_counter() - job.ready) * 1000, 1),
                 last_try=job.tries >= AB_TRIES, finish=False)
@@ -154,7 +154,7 @@ class AnchorQueue:
 
     def _give_up(self, job: AbJob) -> None:
         job.cancel.set()
-        job.record = self.agent.measure(job.turn, self.agent.cfg.anchor, job.messages,
+        job.record = self.rival.measure(job.turn, job.messages,
                                         "after-primary", cancel=job.cancel, m=job.record,
                                         retries=max(0, job.tries - 1), last_try=True,
                                         finish=False)

@@ -67,7 +67,7 @@ class Conversation:
         seat = self._seats.get(session.sid)
         if seat is None:
             seat = self._seats[session.sid] = Seat(
-                AnchorQueue(self.agent, session, lambda done: self._post(session, done)))
+                AnchorQueue(self.agent.ab, session, lambda done: self._post(session, done)))
         return seat
 
     def open(self, session: Session,
@@ -179,9 +179,9 @@ class Conversation:
         """The turn's thread hands its anchor request over (run_turn's `later`)."""
         listener = self._listeners.get(turn.session.sid)
         if listener is None:  # no page: nothing to wait for
-            self.agent.measure(turn, self.agent.cfg.anchor, messages, "after-primary")
+            self.agent.ab.measure(turn, messages, "after-primary")
         else:
-            record = self.agent.rival_record(turn, self.agent.cfg.anchor, "after-primary")
+            record = self.agent.ab.record(turn, "after-primary")
             listener.put(AbJob(turn, messages, record=record))
 
     def _post(self, session: Session, item: Item) -> None:

@@ -30,7 +30,7 @@ from app.config import AppConfig, Endpoint
 from app.endofturn import turn_detector
 from app.llm import ChatStream, LlmError, OpenAIChat, StreamStats, client_for, prefill
 from app.messages import RATE, ReplyPiece, SpeechChunk, Transcript
-from app.metrics import TurnMetrics, fill_rival
+from app.metrics import TurnMetrics
 from app.padding import (
     CARD_BLOCKS,
     PaddingError,
@@ -41,6 +41,7 @@ from app.padding import (
 )
 from app.prompt import answered_pairs, history_start, load_persona
 from app.replytext import StandIn, TagStripper, language_name, language_notice
+from app.rival import Later, Rival
 from app.servermetrics import ServerViews
 from app.session import Session
 from app.tts import FallbackTts, TtsError, language_of
@@ -48,7 +49,6 @@ from app.turn import Turn
 
 log = logging.getLogger(__name__)
 Heard = Callable[[Turn, Transcript, np.ndarray], None]
-Later = Callable[[Turn, list[dict]], None]
 
 
 class Agent:
@@ -67,6 +67,7 @@ class Agent:
         self.server_views = ServerViews()
         self._prefix_caching: dict[str, bool] = {}
         self.detector = turn_detector(cfg)
+        self.ab = Rival(cfg, self.llm, self.server_views)
 
     def setup(self) -> None:
         self.asr.setup()
@@ -222,12 +223,7 @@ class Agent:
             return m
         messages = self.messages(session, text, turn.continues)
         turn.set_user_text(text)
-        # A/B on separate GPUs: the anchor gets the same messages at the same moment
-        rival = None
-        if self.cfg.anchor is not None and self.cfg.ab_mode == "concurrent":
-            rival = threading.Thread(target=self._measure_when_committed, daemon=True,
-                                     args=(turn, self.cfg.anchor, messages, "concurrent"))
-            rival.start()
+        rival = self.ab.start(turn, messages)  # A/B on separate GPUs: at the same moment
         # 2. LLM, streamed -> 3. chunker -> 4. TTS on its own thread, while the model goes on
         pieces: queue.Queue = queue.Queue()
         speaker = threading.Thread(target=self._speak, daemon=True, name=f"tts-{turn.turn_id}",
@@ -243,13 +239,7 @@ class Agent:
         turn.finish(error)
         # 6. A/B on one GPU (or CPU): the anchor runs once the primary turn is over, and
         # with a page, only while the user neither speaks nor waits for a reply
-        if self.cfg.anchor is not None and rival is None:
-            if later is not None:
-                later(turn, messages)
-            else:
-                self.measure(turn, self.cfg.anchor, messages, "after-primary")
-        elif rival is not None:
-            rival.join()
+        self.ab.after(turn, messages, rival, later)
         if not m.cancelled:  # an interrupted reply is cut in the history later
             self.warm(session)  # the next turn's prompt up to its question
         if error:
@@ -337,55 +327,6 @@ class Agent:
                           "(notice given)")
         turn.refresh()
         turn.session.touch("Ready.")
-        return m
-
-    def _measure_when_committed(self, turn: Turn, endpoint: Endpoint, messages: list[dict],
-                                order: str) -> None:
-        if turn.wait_decided():
-            self.measure(turn, endpoint, messages, order)
-
-    @staticmethod
-    def rival_record(turn: Turn, endpoint: Endpoint, order: str) -> TurnMetrics:
-        """The record of another endpoint's request for this turn, beside the primary's
-        (shown at once; filled when the request has run)."""
-        m = TurnMetrics(turn.turn_id, endpoint.name, source=turn.metrics.source,
-                        model=endpoint.model, order=order)
-        turn.add_rival(m)
-        return m
-
-    def measure(self, turn: Turn, endpoint: Endpoint, messages: list[dict], order: str,
-                cancel: threading.Event | None = None, m: TurnMetrics | None = None,
-                ran_after_ms: float | None = None, retries: int = 0,
-                last_try: bool = True, finish: bool = True) -> TurnMetrics:
-        """The same request to another endpoint, timed the same way; not spoken, not kept.
-        `cancel` stops it (default: the turn's own); `m`: the record of an earlier try;
-        `last_try`: a cancelled request is not sent again (its record is final then);
-        `finish`: a final record is made final here (False: the caller does it,
-        `Turn.rival_over`: the A/B queue, once the conversation is idle)."""
-        session = turn.session
-        cancel = cancel or turn.cancel
-        m = m or self.rival_record(turn, endpoint, order)
-        if cancel.is_set():
-            fill_rival(m, None, None, "", True, ran_after_ms, retries)
-            if last_try and finish:
-                turn.rival_over(m)
-            return m
-        session.touch(f"Measuring {endpoint.name}...")
-        stats, error = StreamStats(), ""
-        before = self.server_views.before(endpoint, session.sid)
-        budget = ReplyBudget(self.cfg.llm.reply_sentences)  # the same length as the primary's
-        try:
-            for _ in within(self.llm.stream(endpoint, messages, self.cfg.llm, turn.turn_id,
-                                            stats, cancel), budget):
-                pass
-        except LlmError as exc:
-            error = str(exc)
-        if budget.over:
-            stats.finish_reason = "budget"
-        fill_rival(m, stats, self.server_views.after(endpoint, before), error,
-                   cancel.is_set(), ran_after_ms, retries)
-        if finish and (last_try or not cancel.is_set()):
-            turn.rival_over(m)  # final: the page draws it (a cut try is sent again later)
         return m
 
     def _fail(self, turn: Turn, stage: str, message: str) -> TurnMetrics:

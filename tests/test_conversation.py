@@ -50,6 +50,7 @@ class ScriptedAgent:
         self.detector = TurnDetector(TurnConfig("off"), self.cfg.vad.silence_ms)
         self.ran: list[tuple[int, int]] = []
         self.measured: list[tuple[int, bool, bool]] = []
+        self.ab = self  # the A/B's side too (`Rival.measure`)
 
     def new_turn(self, session: Session, source: str, last_voiced_ms=None) -> Turn:
         return Turn(session, TurnMetrics(session.new_turn_id(), "primary", source=source),
@@ -59,7 +60,7 @@ class ScriptedAgent:
                  later=None) -> None:
         self.ran.append((turn.turn_id, 0 if audio is None else len(audio)))
 
-    def measure(self, turn: Turn, endpoint, messages, order, cancel=None, m=None,
+    def measure(self, turn: Turn, messages, order, cancel=None, m=None,
                 retries: int = 0, last_try: bool = True, ran_after_ms=None,
                 finish: bool = True):
         """The A/B anchor's request: recorded (turn, sent, last try), not sent."""

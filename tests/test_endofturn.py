@@ -144,6 +144,8 @@ class ScriptedAgent:
     """Records the turns the conversation starts and hands their transcript to `heard`; its
     reply's first audio comes 50 ms later, or when `reply_go` is set."""
 
+    ab = None  # no A/B anchor
+
     def __init__(self, detector: str, text: str, speaks: bool = True) -> None:
         self.cfg = AppConfig(primary=Endpoint("primary", "http://127.0.0.1:9/v1", "m"),
                              turn=TurnConfig(detector, cap_ms=2500))

@@ -51,7 +51,7 @@ LAYERS = {
                "app.tts.espeak", "app.tts.kokoro", "app.tts.piper"},
     "turn": {"app.session", "app.wire", "app.turn", "app.audiogate", "app.turnlog",
              "app.floor", "app.floor_types", "app.eventlog"},
-    "chain": {"app.pipeline", "app.anchor", "app.prompt"},
+    "chain": {"app.pipeline", "app.anchor", "app.prompt", "app.rival"},
     "conversation": {"app.conversation", "app.seat"},
     "web": {"app.ui", "app.hub", "app.transport", "app.views", "app.plots", "app.server",
             "app.client", "app.prometheus", "app.realtime", "app.realtime_out",

@@ -147,6 +147,8 @@ class Reports:
 
 
 class Agent:
+    ab = None  # no A/B anchor
+
     def __init__(self) -> None:
         self.cfg = AppConfig(primary=Endpoint("primary", "http://127.0.0.1:9/v1", "m"))
         self.detector = TurnDetector(TurnConfig("off"), self.cfg.vad.silence_ms)
