@@ -8,7 +8,7 @@ import logging
 
 import numpy as np
 
-from app.language import CLOSERS, words
+from app.language import CLOSERS, is_cjk, words
 
 log = logging.getLogger("app.asr")
 
@@ -106,8 +106,23 @@ def repeated(text: str) -> bool:
     """Whether `text` is one phrase of two or more words written twice or more over, the
     last copy perhaps cut short, inside a word too ("Hello? Who are you? Hello? Who are
     you? Hello?", "... about dairlfriends Tell me something about dairlfriend": a loop
-    stopped by the length cap)."""
-    return loop_period(words(text)) is not None
+    stopped by the length cap), or ends in a loop (`tail_loop`)."""
+    w = words(text)
+    return loop_period(w) is not None or tail_loop(w)
+
+
+def tail_loop(w: list[str]) -> bool:
+    """Whether `w` ends in a phrase of one to three words written over and over after other
+    words, one word four times or more, a longer phrase three ("What does a civil... What?
+    What? What? What?": tiny.en over a reply). CJK characters are words of their own, and
+    "哈哈哈哈" is said: they are left out."""
+    for period, copies in ((1, 4), (2, 3), (3, 3)):
+        n = period * copies
+        tail = w[-n:]
+        if len(w) > n and all(tail[i] == tail[i % period] for i in range(n)) \
+                and not any(is_cjk(ch) for word in tail for ch in word):
+            return True
+    return False
 
 
 def loop_period(w: list[str]) -> int | None:

@@ -178,9 +178,13 @@ def test_a_phrase_written_twice_over_is_recognised():
                     "dairlfriends Tell me something about dairlfriend")  # cut at the cap
     # written again in part only (tiny.en in the page, a 2.7 s clip)
     assert repeated("Reminds me to call my sister this weekend. Reminds me to call my sister")
+    # a loop at the end only (tiny.en over a reply)
+    assert repeated("What does a civil... What? What? What? What?")
+    assert repeated("Where is the train station at the at the at the")
     for said in ("Hello, who are you?", "New York, New York is a song", "bye bye",
                  "very very good", "Can you name three colors?", "so so sorry",
-                 "one two one twelve", "what is it, what is"):
+                 "one two one twelve", "what is it, what is",
+                 "It was very very very good", "他笑着说哈哈哈哈"):
         assert not repeated(said), said
 
 
