@@ -82,8 +82,26 @@ def _download(spec: str, dest: Path, python: str) -> Path:
     out = subprocess.run(cmd, capture_output=True, text=True)
     found = re.findall(r"(?:Saved|File was already downloaded) (\S+\.whl)", out.stdout)
     if out.returncode or not found:
-        raise SystemExit(f"pip could not fetch {spec} for Python {python}:\n{out.stderr[-800:]}")
+        pure = _pure_wheel(spec, dest)
+        if pure is None:
+            raise SystemExit(f"pip could not fetch {spec} for Python {python}:\n"
+                             f"{out.stderr[-800:]}")
+        return pure
     return Path(found[-1])
+
+
+def _pure_wheel(spec: str, dest: Path) -> Path | None:
+    """A package published as source only (jieba): its wheel built here, kept only where it
+    is pure Python (`none-any`), which any Python 3 installs as it is."""
+    with tempfile.TemporaryDirectory() as tmp:
+        built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                                "--no-binary", ":all:", "-w", tmp, spec],
+                               capture_output=True, text=True)
+        wheels = list(Path(tmp).glob("*-none-any.whl"))
+        if built.returncode or len(wheels) != 1:
+            return None
+        dest.mkdir(parents=True, exist_ok=True)
+        return Path(shutil.move(wheels[0], dest / wheels[0].name))
 
 
 def read_have(path: str | Path) -> set[str]:

