@@ -11,7 +11,9 @@ from functools import cache
 from app.config import ROOT
 
 NOTICES = ROOT / "persona" / "notices.json"
-STAND_IN = ROOT / "persona" / "stand_in.txt"
+# the stand-in replies by language: English words apart by spaces; Mandarin in the model's
+# tokens apart by spaces (Mandarin has none of its own), read out without them
+STAND_IN = {"en": ROOT / "persona" / "stand_in.txt", "zh": ROOT / "persona" / "stand_in_zh.txt"}
 
 
 @cache
@@ -37,28 +39,36 @@ def language_notice(language: str, spoken: tuple[str, ...]) -> str:
 
 
 @cache
-def stand_in_replies() -> tuple[str, ...]:
+def stand_in_replies(language: str = "en") -> tuple[str, ...]:
     """What `--tts-stand-in` speaks: replies of the kind a voice agent gives."""
-    lines = STAND_IN.read_text(encoding="utf-8").splitlines()
+    lines = STAND_IN[language].read_text(encoding="utf-8").splitlines()
     return tuple(line for line in lines if line.strip() and not line.startswith("#"))
 
 
 class StandIn:
     """`--tts-stand-in` (a dry run: dummy weights stream random tokens): each delta of the
-    model's stream becomes the next word of a real reply, so the chunker cuts and the voice
-    reads real text in the model's own timing: the first piece is as short as a real one
-    ("Sure, here is"), and TTS times what it would take on real words."""
+    model's stream becomes the next word (Mandarin: the next token) of a real reply, so the
+    chunker cuts and the voice reads real text in the model's own timing: the first piece is
+    as short as a real one ("Sure, here is", "明天上海多云，"), and TTS times what it would
+    take on real words."""
 
-    def __init__(self, turn_id: int) -> None:
+    language = "en"
+    """The replies' language: the conversation's where `--language` sets it (app/__main__.py
+    at start), else English."""
+
+    def __init__(self, turn_id: int, language: str | None = None) -> None:
         self.turn_id, self.words = turn_id, []
+        self.language = language or self.language
+        self.gap = "" if self.language == "zh" else " "
 
     def push(self, text: str) -> str:
         if not text:
             return ""
         if not self.words:  # a reply longer than this one goes on with the next
-            reply = stand_in_replies()[self.turn_id % len(stand_in_replies())]
+            replies = stand_in_replies(self.language)
+            reply = replies[self.turn_id % len(replies)]
             self.words, self.turn_id = reply.split(" "), self.turn_id + 1
-        return self.words.pop(0) + " "
+        return self.words.pop(0) + self.gap
 
 
 class TagStripper:

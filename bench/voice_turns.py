@@ -6,7 +6,9 @@ app's own per-turn records of both endpoints.
   python -m bench.voice_turns --out docs/bench/gpu --turns 24 -- \\
       --launch --primary-checkpoint DRY_LOWLAT --anchor-checkpoint DRY_EXPERTS_ONLY ...
 
-Questions: the recorded English clips in assets/ and questions spoken by piper, in turn.
+Questions (`--clips`): en, the recorded English clips in assets/ and questions spoken by
+piper, in turn; zh, the recorded Mandarin clips in assets/ and the finished questions and
+requests of the Mandarin set (assets/zh_set/, voices no test uses), for `--language zh`.
 Voice-to-voice is the app's figure (last voiced frame -> first reply audio received, both
 on the client's clock), cross-checked against the client's own (the clip's last sample
 above -40 dBFS -> the first reply chunk). Writes OUT/voice_turns.json and .md.
@@ -45,17 +47,22 @@ STAGES = ["eot_wait_ms", "asr_after_speech_ms", "asr_ms", "ttft_ms", "server_ttf
           "tts_first_audio_ms", "transport_ms", "v2v_ms"]
 
 
-def clips() -> list[tuple[str, np.ndarray]]:
+def read_clip(path: Path) -> np.ndarray:
+    x, rate = sf.read(path, dtype="float32")
+    return resample(x if x.ndim == 1 else x.mean(1), rate, 16000)
+
+
+def clips(language: str = "en") -> list[tuple[str, np.ndarray]]:
     """(text, 16 kHz float32 speech) to say, recorded clips first."""
     from app.tts.piper import PiperTts
 
     truth = json.loads((ROOT / "assets" / "transcripts.json").read_text())
-    out = []
-    for path in sorted((ROOT / "assets").glob("en_*.wav")):
-        if path.name in truth:
-            x, rate = sf.read(path, dtype="float32")
-            out.append((truth[path.name], resample(x if x.ndim == 1 else x.mean(1), rate,
-                                                   16000)))
+    out = [(truth[path.name], read_clip(path))
+           for path in sorted((ROOT / "assets").glob(f"{language}_*.wav")) if path.name in truth]
+    if language == "zh":  # no pause inside: each clip is one finished turn
+        labels = json.loads((ROOT / "assets" / "zh_set" / "labels.json").read_text())
+        return out + [(lb["text"], read_clip(ROOT / "assets" / "zh_set" / lb["file"]))
+                      for lb in labels if lb["kind"] == "complete"]
     piper = PiperTts()
     piper.setup()
     for text in QUESTIONS:
@@ -131,11 +138,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--turns", type=int, default=24)
     ap.add_argument("--start-timeout", type=float, default=900)
+    ap.add_argument("--clips", choices=["en", "zh"], default="en",
+                    help="the questions' language (zh: give the app --language zh)")
     ap.add_argument("app_args", nargs=argparse.REMAINDER, help="-- then the app's flags")
     args = ap.parse_args()
     app_args = [a for a in args.app_args if a != "--"]
     args.out.mkdir(parents=True, exist_ok=True)
-    said = clips()
+    said = clips(args.clips)
     app = AppServer(app_args, log_path=args.out / "app.log").start()
     records: list[dict] = []
     try:

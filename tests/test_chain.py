@@ -62,12 +62,14 @@ class ScriptedTts:
 
     def __init__(self) -> None:
         self.spoken: list[str] = []
+        self.languages: list[str] = []
 
     def setup(self) -> None:
         pass
 
     def synthesize(self, text: str, language: str) -> tuple[np.ndarray, int, str, str]:
         self.spoken.append(text)
+        self.languages.append(language)
         t = np.arange(8000) / 16000
         return (np.sin(2 * np.pi * 220 * t) * 8000).astype(np.int16), 16000, "scripted", ""
 
@@ -165,6 +167,32 @@ def test_a_stand_in_reply_goes_on_with_the_next_when_the_model_says_more():
     assert said[:n] == stand_in_replies()[-1].split(" ")
     assert said[n:] == stand_in_replies()[0].split(" ")[:2]
     assert s.push("") == ""  # a delta with no text (a skipped tag) says nothing
+
+
+def test_a_mandarin_stand_in_reads_a_token_of_a_mandarin_reply_per_delta(monkeypatch):
+    """`--tts-stand-in` with `--language zh`: each delta of the model's stream becomes the
+    next token of a Mandarin reply, read without the spaces that part the tokens in the
+    file, so the chunker cuts a Mandarin first piece at its clause and the Mandarin voice
+    reads it; the history keeps what the model said."""
+    from app.replytext import StandIn, stand_in_replies
+
+    replies = stand_in_replies("zh")
+    assert len(replies) >= 8 and all(r.endswith("。") for r in replies)
+    s = StandIn(0, "zh")
+    said = "".join(s.push("x") for _ in range(len(replies[0].split(" "))))
+    assert said == replies[0].replace(" ", "") and not any(c.isascii() for c in said)
+    assert s.push("x") == replies[1].split(" ")[0]  # then the next reply, as in English
+
+    monkeypatch.setattr(StandIn, "language", "zh")  # what `--language zh` sets at start
+    script = ["小安：", *[f" w{i}" for i in range(8)]]  # 8 tokens, as the GPU runs cap it
+    a = agent(ScriptedLlm(script))
+    a.cfg.tts.stand_in = True
+    session, m, chunks = typed_turn(a, "明天上海天气怎么样？")
+    assert session.history[1]["content"] == "".join(script)
+    spoken = "".join(a.tts.spoken)
+    assert any(r.replace(" ", "").startswith(spoken) for r in replies), spoken
+    assert a.tts.languages == ["zh"] * len(a.tts.spoken) and len(a.tts.spoken) >= 2
+    assert a.tts.spoken[0].endswith("，")  # the first piece ends at a clause, as a real one
 
 
 def test_a_cancelled_turn_stops_reading_the_stream():
