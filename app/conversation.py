@@ -24,15 +24,7 @@ from app.endofturn import TurnDetector
 from app.eventlog import EventLog
 from app.floor import step
 from app.interruption import verdict
-from app.messages import (
-    RATE,
-    EndOfTurn,
-    MicBytes,
-    MicFrame,
-    PlayerReport,
-    Transcript,
-    VadEvent,
-)
+from app.messages import RATE, EndOfTurn, MicBytes, MicFrame, PlayerReport, Transcript, VadEvent
 from app.metrics import TurnMetrics
 from app.pipeline import Agent
 from app.seat import CLOSED, JOIN_MAX_S, MIC_STOP, Item, Listener, Seat
@@ -92,7 +84,10 @@ class Conversation:
                     seat.log.write(self.rules)  # what a replay applies the events under
                 seat.log_path = seat.log.path
             seat.log.write(event, follow)
+        talking = seat.state.talking
         seat.state, commands = step(self.rules, seat.state, event)
+        if seat.state.talking != talking:  # the Realtime client is told of the user's voice
+            session.talking(seat.state.talking, seat.state.began_ms, seat.state.silence_ms)
         for command in commands:
             answer = self._do(session, seat, command)
             if answer is not None:

@@ -14,9 +14,9 @@ player's reports are made here from what was sent:
   played (`conversation.item.truncated`); "stopped" reports the same shares.
 
 The user's side: `input_audio_buffer.speech_started` when the core pauses or stops a reply
-for the user's voice, or when an utterance begins while no reply plays (`Floor.talking`,
-read as each frame is decoded); `speech_stopped` when it ends; the committed item and its
-transcript when the core publishes the turn.
+for the user's voice, or when an utterance begins while no reply plays (the core's
+`Session.talking`, as it applies the frame); `speech_stopped` when it ends; the committed
+item and its transcript when the core publishes the turn.
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ class RealtimeOut:
         self.speech_item = ""
         self.last_item: str | None = None
         self._decoder = FrameDecoder()
-        self._talking = False
         self._timer: asyncio.TimerHandle | None = None
         self._scan_due = self.closed = False
 
@@ -75,14 +74,12 @@ class RealtimeOut:
         self.loop.call_soon_threadsafe(self._core, event)
 
     def decode(self, msg: MicBytes) -> MicFrame:
-        """The Listener's decoder (the turns thread): the page's, and a look at whether an
-        utterance is open after the frames before this one."""
-        state = self.conversation.floor(self.session).state
-        if state.talking != self._talking:
-            self._talking = state.talking
-            self.loop.call_soon_threadsafe(self._on_talking, state.talking, state.began_ms,
-                                           state.silence_ms)
+        """The Listener's decoder (the turns thread): the page's."""
         return self._decoder.decode(msg)
+
+    def talking(self, on: bool, began_ms: float, silence_ms: float) -> None:
+        """The core's word that the user's voice began or ended (the turns thread)."""
+        self.loop.call_soon_threadsafe(self._on_talking, on, began_ms, silence_ms)
 
     # --- to the client ---------------------------------------------------------------------
     def emit(self, kind: str, on_write=None, **fields) -> None:

@@ -82,3 +82,9 @@ class Session:
     def send_event(self, event: dict) -> None:
         if self.outbox is not None:
             self.outbox.send_json(event)
+
+    def talking(self, on: bool, began_ms: float, silence_ms: float) -> None:
+        """The user's voice began (`began_ms`) or ended (`silence_ms` after its last voiced
+        frame), as the turn-taking core decided it."""
+        if self.outbox is not None:
+            self.outbox.talking(on, began_ms, silence_ms)

@@ -101,3 +101,6 @@ class Outbox:
 
     def send_json(self, event: dict) -> None:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, json.dumps(event))
+
+    def talking(self, on: bool, began_ms: float, silence_ms: float) -> None:
+        """The user's voice began or ended: the page has its own VAD meter, nothing to send."""

@@ -147,11 +147,20 @@ class Reports:
 
 
 class Agent:
+    """The core's side of the agent: turns are made, their chain not run."""
+
     ab = None  # no A/B anchor
 
     def __init__(self) -> None:
         self.cfg = AppConfig(primary=Endpoint("primary", "http://127.0.0.1:9/v1", "m"))
         self.detector = TurnDetector(TurnConfig("off"), self.cfg.vad.silence_ms)
+
+    def new_turn(self, session: Session, source: str, last_voiced_ms=None) -> Turn:
+        return Turn(session, TurnMetrics(session.new_turn_id(), "primary", source=source),
+                    last_voiced_ms)
+
+    def run_turn(self, turn: Turn, audio=None, text: str = "", heard=None, later=None) -> None:
+        pass
 
 
 @pytest.fixture(params=[False])
@@ -263,3 +272,28 @@ def test_a_text_only_session_gets_the_words_and_no_audio(reply):
     done = next(e for e in events if e["type"] == "response.done")["response"]
     assert done["output"][0]["content"][0] == {"type": "output_text", "text": "Paris. It is big."}
     assert reports.kinds() == ["done"]  # nothing was heard: no "audible"
+
+
+def test_the_client_hears_of_the_users_voice_as_the_core_applies_it():
+    """speech_started and speech_stopped come from the core as it applies the endpointer's
+    events, not from a look at its state when the next frame arrives."""
+    from app.messages import VadEvent
+
+    loop = asyncio.new_event_loop()
+    conversation = Conversation(Agent())  # type: ignore[arg-type]
+    session = Session("s", channel="realtime")
+    out = RealtimeOut(loop, session, conversation, lambda: SessionConfig())
+    session.outbox = out
+
+    def sent() -> list[str]:
+        loop.run_until_complete(asyncio.sleep(0))
+        return [json.loads(out.queue.get_nowait()[0])["type"] for _ in range(out.queue.qsize())]
+
+    try:
+        voiced = np.zeros(8000, np.float32)
+        conversation.on_vad(session, VadEvent("speech_start", 1300.0, voiced, 300.0, 1300.0))
+        assert sent() == ["input_audio_buffer.speech_started"]
+        conversation.on_vad(session, VadEvent("end", 2000.0, voiced, 1000.0, 2400.0))
+        assert "input_audio_buffer.speech_stopped" in sent()
+    finally:
+        loop.close()
