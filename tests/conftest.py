@@ -154,17 +154,23 @@ def app_args(endpoint, anchor=None, max_tokens: int = 60) -> list[str]:
               if os.environ.get("RECORD_EVENTS") else [])]
 
 
-@pytest.fixture(scope="session")
-def app_url(endpoint, anchor_server):
-    """The app as a user runs it, with the A/B on."""
+@contextlib.contextmanager
+def running_app(args: list[str], log_path: Path):
+    """`python -m app ARGS` started, its URL once healthy; stopped after."""
     from app.launch import AppServer
 
-    app = AppServer(app_args(endpoint, anchor_server),
-                    log_path=APP_LOG).start()
+    app = AppServer(args, log_path=log_path).start()
     try:
         yield app.wait_healthy().url
     finally:
         app.stop()
+
+
+@pytest.fixture(scope="session")
+def app_url(endpoint, anchor_server):
+    """The app as a user runs it, with the A/B on."""
+    with running_app(app_args(endpoint, anchor_server), APP_LOG) as url:
+        yield url
 
 
 def self_signed(folder: Path) -> tuple[Path, Path]:

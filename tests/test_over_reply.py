@@ -13,10 +13,19 @@ import pytest
 import soundfile as sf
 
 from app.config import VadConfig
-from app.launch import AppServer
 from app.machine import machine
-from tests.conftest import ARTIFACTS, ASSETS, ROOT, app_args, app_log, log_lines, word_recall
-from tests.test_turn_taking import chromium, log, new_page, reports, say, user_messages, wait_for
+from bench.page import say, user_messages
+from tests.conftest import (
+    ARTIFACTS,
+    ASSETS,
+    ROOT,
+    app_args,
+    app_log,
+    log_lines,
+    running_app,
+    word_recall,
+)
+from tests.test_turn_taking import chromium, log, new_page, reports, wait_for
 
 pytestmark = pytest.mark.integration
 LOG = ROOT / "logs" / "app-over-reply.log"
@@ -32,12 +41,8 @@ reply is silent)."""
 
 @pytest.fixture(scope="module")
 def long_url(endpoint):
-    app = AppServer([*app_args(endpoint, max_tokens=120), "--reply-sentences", "0"],
-                    log_path=LOG).start()
-    try:
-        yield app.wait_healthy().url
-    finally:
-        app.stop()
+    with running_app([*app_args(endpoint, max_tokens=120), "--reply-sentences", "0"], LOG) as url:
+        yield url
 
 
 def questions(n: int) -> list[tuple[str, np.ndarray, float, float]]:
@@ -78,9 +83,7 @@ def test_questions_said_over_a_long_reply_each_become_their_own_turn(long_url):
         for _, pcm, speech_ms, speech_end_ms in asked:
             time.sleep(INTO_THE_REPLY_S)  # into the reply to the question before
             before = len(reports(log(page), "audible"))
-            seconds = say(page, pcm)
-            # when the clip started playing (a busy page starts it a while after the call)
-            t0 = page.evaluate("() => window.__mic.lastEnd") - seconds * 1000
+            t0 = say(page, pcm)  # when the clip started playing, on the page's clock
             end = t0 + speech_end_ms  # the user's last word
             # this question's own reply, once the question is over
             entries = wait_for(page, lambda e, b=before: len(reports(e, "audible")) > b,

@@ -11,7 +11,6 @@ Counts, interrupt-to-silence and the command go to tests/artifacts/turn_taking.j
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 from contextlib import contextmanager
@@ -23,12 +22,21 @@ import soundfile as sf
 
 from app.audio import resample
 from app.endofturn import unfinished_ending
-from app.launch import AppServer
 from app.machine import machine
 from app.metrics import percentile
 from app.vad import FRAME_MS, PRE_ROLL_FRAMES
-from bench.page import launch, load, start_recording, visitor
-from tests.conftest import ARTIFACTS, ASSETS, ROOT, app_args, app_log, log_lines, word_recall
+from bench.page import SCRIPTED_MIC, launch, load, say, start_recording, user_messages, visitor
+from bench.page import player_log as log
+from tests.conftest import (
+    ARTIFACTS,
+    ASSETS,
+    ROOT,
+    app_args,
+    app_log,
+    log_lines,
+    running_app,
+    word_recall,
+)
 
 pytestmark = pytest.mark.integration
 RUNS = 10
@@ -37,7 +45,6 @@ NEEDED = 9  # of RUNS
 # voice), not a timing: five runs each. They were the suite's two slowest tests (a 2-core
 # AVX2 EPYC: 244 and 287 s at ten runs, Whisper base and kokoro on the busy cores).
 ZH_RUNS, ZH_NEEDED = 5, 4
-SCRIPTED_MIC = (ROOT / "bench" / "scripted_mic.js").read_text()
 RESULTS: dict[str, dict] = {}
 LOG = ROOT / "logs" / "app-turn-taking.log"
 
@@ -47,14 +54,10 @@ def tt_url(endpoint):
     """The app with the demo preset (languages: English; Mandarin detected by Whisper base),
     short replies so that each run plays one out (20 tokens: ~4 s of speech, time enough to
     interrupt it 1 s in)."""
-    # no reply budget: its two sentences can be "1." and a short line, a reply over before
-    # the interruption said a second into it is checked
-    app = AppServer([*app_args(endpoint, max_tokens=20), "--reply-sentences", "0"],
-                    log_path=LOG).start()
-    try:
-        yield app.wait_healthy().url
-    finally:
-        app.stop()
+    # no reply budget: two short sentences can be over before the interruption said a
+    # second into the reply is checked
+    with running_app([*app_args(endpoint, max_tokens=20), "--reply-sentences", "0"], LOG) as url:
+        yield url
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -71,13 +74,10 @@ def results():
 def zh_url(endpoint):
     """The same model declared Mandarin-capable (`--model-languages en,zh`), with a persona
     that asks for Mandarin answers to Mandarin questions."""
-    app = AppServer([*app_args(endpoint, max_tokens=20), "--model-languages", "en,zh",
-                     "--persona", str(ROOT / "persona" / "small-en-zh.md")],
-                    log_path=ROOT / "logs" / "app-turn-taking-zh.log").start()
-    try:
-        yield app.wait_healthy().url
-    finally:
-        app.stop()
+    with running_app([*app_args(endpoint, max_tokens=20), "--model-languages", "en,zh",
+                      "--persona", str(ROOT / "persona" / "small-en-zh.md")],
+                     ROOT / "logs" / "app-turn-taking-zh.log") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -104,18 +104,6 @@ def clips(tmp_path_factory):
     return {"question": asset("en_weather.wav"), "zh": asset("zh_weather.wav"),
             "stop": said("Wait, stop! Tell me about dogs instead."), "mhm": said("Mhm."),
             "cough": cough}
-
-
-def b64(pcm: np.ndarray) -> str:
-    return base64.b64encode(pcm.astype("<i2").tobytes()).decode()
-
-
-def say(page, pcm: np.ndarray, gain: float = 1.0) -> float:
-    return page.evaluate("(a) => window.__mic.play(a.b, 16000, a.g)", {"b": b64(pcm), "g": gain})
-
-
-def log(page) -> list[dict]:
-    return page.evaluate("() => window.voiceAgent.log")
 
 
 def wait_for(page, pred, timeout_s: float = 60.0) -> list[dict]:
@@ -494,11 +482,6 @@ def test_a_finished_question_is_answered_once_and_its_commit_is_recorded(page, t
            eot_wait_ms={"p50": percentile(known, 50), "p90": percentile(known, 90),
                         "all": waits})
     assert sum(outcomes) >= NEEDED, (outcomes, signals)
-
-
-def user_messages(page) -> list[str]:
-    return page.evaluate("() => [...document.querySelectorAll('#va-chat .message-row.user-row')]"
-                         ".map(e => e.innerText)")
 
 
 def has_cjk(text: str) -> bool:
