@@ -16,20 +16,22 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
         "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream"]
 
 
-def fake_mic_file(path: Path, clips: list[Path], gap_s: float, gain: float = 1.0) -> Path:
+def fake_mic_file(path: Path, clips: list[Path], gap_s: float | list[float],
+                  gain: float = 1.0) -> Path:
     """A 48 kHz file Chromium plays as its microphone: each 16 kHz clip (times `gain`) after
-    0.5 s of silence, then `gap_s` of silence."""
+    0.5 s of silence, then `gap_s` of silence (a list: each clip's own)."""
     from app.audio import resample
 
+    gaps = gap_s if isinstance(gap_s, list) else [gap_s] * len(clips)
     parts = []
-    for clip in clips:
+    for clip, gap in zip(clips, gaps, strict=True):
         speech, rate = sf.read(clip, dtype="float32")
         if speech.ndim == 2:
             speech = speech.mean(axis=1)
         if rate != 16000:
             raise ValueError(f"{clip}: expected 16 kHz")
         parts += [np.zeros(8000, np.float32), speech * gain,
-                  np.zeros(int(16000 * gap_s), np.float32)]
+                  np.zeros(int(16000 * gap), np.float32)]
     sf.write(path, resample(np.concatenate(parts), 16000, 48000), 48000, subtype="PCM_16")
     return path
 

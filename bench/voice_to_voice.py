@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 import soundfile as sf
 
 from app.language import words
@@ -66,6 +67,7 @@ for it. A 40-token reply plays for up to ~15 s at piper's pace; at 15 s the next
 1-4 replies a run (195-216 characters heard), the schedule's doing, not the agent's. On a
 slow box (163-181 ms per token) 18 s cut 5-7 of 24 and those questions, spoken over the
 reply, ended at the 2 s cap (docs/PERFORMANCE.md): give it more there."""
+GAP_SEED = 48
 MAX_TOKENS = 40
 FIGURES = ["v2v_ms", "probe_v2v_ms", "eot_wait_ms", "asr_ms", "asr_after_speech_ms",
            "ttft_ms", "first_piece_ms", "first_piece_tokens", "tts_first_audio_ms",
@@ -100,6 +102,18 @@ def baseline_tree(rev: str) -> Path:
         if (ROOT / env).exists() and not (tree / env).exists():
             (tree / env).symlink_to(ROOT / env)
     return tree
+
+
+def gap_range(text: str) -> tuple[float, float]:
+    """`--gap-s`: "18" or "15-28" (seconds)."""
+    low, _, high = text.partition("-")
+    try:
+        bounds = float(low), float(high or low)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: seconds, or a range such as 15-28") from None
+    if not 0 < bounds[0] <= bounds[1]:
+        raise argparse.ArgumentTypeError(f"{text!r}: a range of positive seconds, low first")
+    return bounds
 
 
 def run_pipeline(name: str, turns: int, mic: Path, baseline: str,
@@ -319,8 +333,9 @@ def main() -> None:
                    help="the demo with these app flags, e.g. off='--turn-detector off'; "
                    "NAME as LABEL@REV runs revision REV (repeatable; runs these instead of "
                    "baseline and new)")
-    p.add_argument("--gap-s", type=float, default=GAP_S,
-                   help="silence after each question, for its reply to play out")
+    p.add_argument("--gap-s", type=gap_range, default=(GAP_S, GAP_S), metavar="S or A-B",
+                   help="silence after each question, for its reply to play out; A-B: a "
+                   "length drawn for each question (seeded), as a caller asks at their pace")
     p.add_argument("--rounds", type=int, default=1,
                    help="run the settings this many times, every other round in reverse "
                    "order (ABBA), --turns turns each; figures pool all rounds")
@@ -347,13 +362,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         clips = [speak(q, VOICES[i % len(VOICES)], Path(tmp) / f"q{i}.wav")
                  for i, q in enumerate(questions)]
-        mic = fake_mic_file(Path(tmp) / "mic.wav", clips, args.gap_s, gain=0.7)
+        gaps = [round(float(g), 2) for g in
+                np.random.default_rng(GAP_SEED).uniform(*args.gap_s, size=len(clips))]
+        mic = fake_mic_file(Path(tmp) / "mic.wav", clips, gaps, gain=0.7)
         names = list(settings) or ([args.only] if args.only else ["baseline", "new"])
         runs: dict[str, list[dict]] = {n: [] for n in names}
         for order in round_orders(names, args.rounds):
             for n in order:
                 run = run_pipeline(n, args.turns, mic, args.baseline, flags.get(n, []),
-                                   args.gap_s)
+                                   max(gaps))
                 run["ran_at"] = time.time()
                 run["summary"] = summarise(run, questions)
                 runs[n].append(run)
@@ -365,7 +382,8 @@ def main() -> None:
     m = machine()
     (args.out / f"{stem}.json").write_text(json.dumps(
         {"command": command, "date": date, "machine": m, "settings": settings,
-         "questions": questions, "voices": VOICES, "results": results}, indent=1))
+         "questions": questions, "gaps_s": gaps, "voices": VOICES, "results": results},
+        indent=1))
     (args.out / f"{stem}.md").write_text(markdown(results, command, date, describe(m)))
     print(" | ".join(f"{r['pipeline']}: v2v p50 {r['summary']['probe_v2v_ms']['p50']} ms, "
                      f"p90 {r['summary']['probe_v2v_ms']['p90']} ms, WER {r['summary']['wer']}"
