@@ -51,11 +51,9 @@ writes them ("20%", "144"), so that a right reading scores no error.
 
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 
-from assets.make_turn_set import LEAD_S, Voices, check, write_clip
+from assets.make_turn_set import LEAD_S, Voices, lines, new_set, save_labels, set_main, write_clip
 
 OUT = Path(__file__).parent / "over_set"
 SENTENCES_FILE = Path(__file__).parent / "over_sentences.tsv"
@@ -66,17 +64,10 @@ FIRST = 10
 """The first clips: short, clear questions for the page's scenario (`first` in labels)."""
 
 
-def sentences() -> list[str]:
-    return [line.strip() for line in SENTENCES_FILE.read_text(encoding="utf-8").splitlines()
-            if line.strip() and not line.startswith("#")]
-
-
 def make_set() -> list[dict]:
-    OUT.mkdir(exist_ok=True)
-    for old in OUT.glob("*.flac"):  # a clip from a longer list of questions must not linger
-        old.unlink()
+    new_set(OUT)
     voices = Voices()
-    texts = sentences()
+    texts = lines(SENTENCES_FILE)
     if len(set(texts)) != len(texts):
         raise SystemExit(f"{SENTENCES_FILE}: a question is there twice")
     labels = []
@@ -88,21 +79,8 @@ def make_set() -> list[dict]:
                "speech_end_s": write_clip(name, speech, OUT)}
         print(f"{name} {voice}: {text} ({row['speech_end_s'] - LEAD_S:.2f}s of speech)")
         labels.append(row)
-    (OUT / "labels.json").write_text(json.dumps(labels, indent=1, ensure_ascii=False) + "\n")
-    return labels
-
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--check", action="store_true",
-                   help="transcribe the clips in assets/over_set with tiny.en, without "
-                        "making them again, and print each one's word error rate")
-    args = p.parse_args()
-    if args.check:
-        check(json.loads((OUT / "labels.json").read_text(encoding="utf-8")), OUT)
-    else:
-        make_set()
+    return save_labels(OUT, labels)
 
 
 if __name__ == "__main__":
-    main()
+    set_main(__doc__, OUT, make_set, "tiny.en")

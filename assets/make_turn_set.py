@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,11 +40,15 @@ OUT = Path(__file__).parent / "turns"
 SENTENCES_FILE = Path(__file__).parent / "turn_sentences.tsv"
 
 
+def lines(path: Path) -> list[str]:
+    """A sentence file's lines, without blank ones and "#" comments."""
+    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip() and not line.startswith("#")]
+
+
 def sentences() -> list[tuple[str, str]]:
     """(language, sentence) pairs; "|" marks where a pause clip stops for a while."""
-    rows = [line.split("\t", 1) for line in SENTENCES_FILE.read_text(encoding="utf-8")
-            .splitlines() if line and not line.startswith("#")]
-    return [(lang, text) for lang, text in rows]
+    return [(lang, text) for lang, text in (line.split("\t", 1) for line in lines(SENTENCES_FILE))]
 
 
 # Kokoro's package holds Japanese speakers only (no af_/am_/zf_ voices), so English comes
@@ -253,34 +258,71 @@ def write_clip(name: str, speech: np.ndarray, folder: Path = OUT) -> float:
     return round(speech_bounds(clip)[1] / RATE, 3)
 
 
+def pause_lengths(texts: list[str], seed: int) -> Iterator[int]:
+    """A pause length for each pause clip: evenly over `PAUSE_MS`, in a seeded order (so
+    every length is tried in each language)."""
+    n_pauses = sum("|" in text for text in texts)
+    return iter(np.random.default_rng(seed).permutation(
+        np.linspace(*PAUSE_MS, n_pauses).round().astype(int)).tolist())
+
+
+def clip_row(voices: Voices, voice: str, lang: str, text: str, name: str,
+             lengths: Iterator[int], folder: Path) -> dict:
+    """One clip made and written into `folder`, and its label: a pause clip where `text`
+    has a "|" (its pause the next of `lengths`), else a finished sentence."""
+    kind = "pause" if "|" in text else "complete"
+    print(f"{name} {voice}: {text}")
+    row = {"file": name, "lang": lang, "voice": voice, "kind": kind, "text": text,
+           "prefix": None, "pause_at_s": None, "pause_ms": None}
+    if kind == "pause":
+        pause_ms = next(lengths)
+        speech, prefix, sentence, cut = pause_clip(voices, voice, lang, text, pause_ms)
+        row.update(text=sentence, prefix=prefix, pause_ms=pause_ms,
+                   pause_at_s=round(LEAD_S + cut / RATE, 3))
+    else:
+        speech = voices.speak(voice, text)
+    row["speech_end_s"] = write_clip(name, speech, folder)
+    print(f"  {len(speech) / RATE:.2f}s of speech, ends at {row['speech_end_s']}s")
+    return row
+
+
+def new_set(folder: Path, pattern: str = "*.flac") -> None:
+    """An empty set folder: a clip from a longer list of sentences must not linger."""
+    folder.mkdir(exist_ok=True)
+    for old in folder.glob(pattern):
+        old.unlink()
+
+
+def save_labels(folder: Path, labels: list[dict]) -> list[dict]:
+    (folder / "labels.json").write_text(json.dumps(labels, indent=1, ensure_ascii=False) + "\n")
+    return labels
+
+
+def set_main(doc: str, folder: Path, make_set: Callable[[], object], reader: str) -> None:
+    """A set maker's command line: make the set, or `--check` the clips already there with
+    the app's ASR (`reader`, for the help)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--check", action="store_true",
+                   help=f"transcribe the clips in {folder.relative_to(folder.parents[1])} with "
+                        f"{reader}, without making them again, and print each one's error rate")
+    if p.parse_args().check:
+        check(json.loads((folder / "labels.json").read_text(encoding="utf-8")), folder)
+    else:
+        make_set()
+
+
 def make_set() -> list[dict]:
     OUT.mkdir(exist_ok=True)
     voices = Voices()
     pairs = sentences()
-    n_pauses = sum("|" in text for _, text in pairs)
-    # evenly over the range, in a seeded order, so every length is tried in both languages
-    lengths = iter(np.random.default_rng(SEED).permutation(
-        np.linspace(*PAUSE_MS, n_pauses).round().astype(int)).tolist())
+    lengths = pause_lengths([text for _, text in pairs], SEED)
     labels, counts = [], {}
     for lang, text in pairs:
         kind = "pause" if "|" in text else "complete"
         i = counts[lang, kind] = counts.get((lang, kind), 0) + 1
         voice, name = VOICES[lang][(i - 1) % len(VOICES[lang])], f"{lang}_{kind}_{i:02d}.wav"
-        print(f"{name} {voice}: {text}")
-        row = {"file": name, "lang": lang, "voice": voice, "kind": kind, "text": text,
-               "prefix": None, "pause_at_s": None, "pause_ms": None}
-        if kind == "pause":
-            pause_ms = next(lengths)
-            speech, prefix, sentence, cut = pause_clip(voices, voice, lang, text, pause_ms)
-            row.update(text=sentence, prefix=prefix, pause_ms=pause_ms,
-                       pause_at_s=round(LEAD_S + cut / RATE, 3))
-        else:
-            speech = voices.speak(voice, text)
-        row["speech_end_s"] = write_clip(name, speech)
-        print(f"  {len(speech) / RATE:.2f}s of speech, ends at {row['speech_end_s']}s")
-        labels.append(row)
-    (OUT / "labels.json").write_text(json.dumps(labels, indent=1, ensure_ascii=False) + "\n")
-    return labels
+        labels.append(clip_row(voices, voice, lang, text, name, lengths, OUT))
+    return save_labels(OUT, labels)
 
 
 def check(labels: list[dict], folder: Path = OUT) -> None:

@@ -22,70 +22,37 @@ through Whisper base at a character error rate of 0.5-0.8 on most of five trial 
 
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 
-import numpy as np
-
-from assets.make_turn_set import LEAD_S, RATE, Voices, check, pause_clip, write_clip
+from assets.make_turn_set import (
+    Voices,
+    clip_row,
+    lines,
+    new_set,
+    pause_lengths,
+    save_labels,
+    set_main,
+)
 
 OUT = Path(__file__).parent / "zh_set"
 SENTENCES_FILE = Path(__file__).parent / "zh_sentences.tsv"
 VOICES = ["kokoro:jf_tebukuro", "kokoro:jf_tebukuro+jm_kumo"]
-PAUSE_MS = (600, 900)
 SEED = 11
 
 
-def sentences() -> list[str]:
-    """The sentences; "|" marks where a pause clip stops for a while."""
-    return [line.strip() for line in SENTENCES_FILE.read_text(encoding="utf-8").splitlines()
-            if line.strip() and not line.startswith("#")]
-
-
 def make_set() -> list[dict]:
-    OUT.mkdir(exist_ok=True)
-    for old in OUT.glob("*.flac"):  # a clip from a longer list of sentences must not linger
-        old.unlink()
+    new_set(OUT)
     voices = Voices()
-    texts = sentences()
-    n_pauses = sum("|" in text for text in texts)
-    # evenly over the range, in a seeded order
-    lengths = iter(np.random.default_rng(SEED).permutation(
-        np.linspace(*PAUSE_MS, n_pauses).round().astype(int)).tolist())
+    texts = lines(SENTENCES_FILE)
+    lengths = pause_lengths(texts, SEED)
     labels, counts = [], {}
     for text in texts:
         kind = "pause" if "|" in text else "complete"
         i = counts[kind] = counts.get(kind, 0) + 1
         voice, name = VOICES[(i - 1) % len(VOICES)], f"zh_{kind}_{i:02d}.flac"
-        print(f"{name} {voice}: {text}")
-        row = {"file": name, "lang": "zh", "voice": voice, "kind": kind, "text": text,
-               "prefix": None, "pause_at_s": None, "pause_ms": None}
-        if kind == "pause":
-            pause_ms = next(lengths)
-            speech, prefix, sentence, cut = pause_clip(voices, voice, "zh", text, pause_ms)
-            row.update(text=sentence, prefix=prefix, pause_ms=pause_ms,
-                       pause_at_s=round(LEAD_S + cut / RATE, 3))
-        else:
-            speech = voices.speak(voice, text)
-        row["speech_end_s"] = write_clip(name, speech, OUT)
-        print(f"  {len(speech) / RATE:.2f}s of speech, ends at {row['speech_end_s']}s")
-        labels.append(row)
-    (OUT / "labels.json").write_text(json.dumps(labels, indent=1, ensure_ascii=False) + "\n")
-    return labels
-
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--check", action="store_true",
-                   help="transcribe the clips in assets/zh_set with Whisper base, without "
-                        "making them again, and print each one's character error rate")
-    args = p.parse_args()
-    if args.check:
-        check(json.loads((OUT / "labels.json").read_text(encoding="utf-8")), OUT)
-    else:
-        make_set()
+        labels.append(clip_row(voices, voice, "zh", text, name, lengths, OUT))
+    return save_labels(OUT, labels)
 
 
 if __name__ == "__main__":
-    main()
+    set_main(__doc__, OUT, make_set, "Whisper base")
