@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from app.cli import from_args, parse
-from app.config import DEMO_ASR_THREADS, ROOT, AppConfig, AsrConfig
+from app.config import DEMO_ASR_THREADS, DEMO_REPLY_S, ROOT, AppConfig, AsrConfig
 from app.gpuplan import format_plan, gpu_memory_gib, gpu_servers, plan_gpus
 from app.launch import (
     DEMO_SERVED_NAME,
@@ -60,6 +60,8 @@ def apply_demo_preset(args: argparse.Namespace) -> None:
         args.persona = ROOT / "persona" / "small-en.md"
     if args.repetition_penalty is None:
         args.repetition_penalty = 1.15  # the 135M model loops under pure greedy decoding
+    if args.reply_seconds is None:
+        args.reply_seconds = DEMO_REPLY_S
     if args.model_languages is None:
         args.model_languages = "en"  # SmolLM2-135M speaks English only
     if not args.cpus:

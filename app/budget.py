@@ -11,23 +11,36 @@ only what was kept goes into the history.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import replace
 
 from app.chunking import EN_END, ZH_END, english_end, skip_closers
+from app.language import is_cjk
 from app.messages import ReplyDelta
+
+# How long a reply takes to say, from its text: English words and Mandarin characters a
+# second at the pace of the app's voices.
+WORDS_PER_S = 2.7
+CHARS_PER_S = 4.5
+GRACE_S = 1.5
+"""A reply past its time that reaches no clause break within this long more ends at a word."""
+_WORD = re.compile(r"[^\W_](?:[\w'’-]*[^\W_])?")
+_CLAUSE_ZH = "，、：；"
+_CLAUSE_EN = ",;:"
 
 
 class ReplyBudget:
     """Feed the reply's text as it streams; `push` returns the part within the budget.
 
-    sentences: how many sentences the reply may say (0: no limit). Once `over` is set, the
-    text after the last allowed sentence end has been dropped and every later push returns
-    nothing.
+    sentences: how many sentences the reply may say (0: no limit). seconds: how long it may
+    take to say, from its words (0: no limit); a reply past it ends at its next clause or
+    sentence break, or at a word once `GRACE_S` more has gone by with none. Once `over` is
+    set, the text after the cut has been dropped and every later push returns nothing.
     """
 
-    def __init__(self, sentences: int) -> None:
-        self.sentences = sentences
+    def __init__(self, sentences: int, seconds: float = 0.0) -> None:
+        self.sentences, self.seconds = sentences, seconds
         self.done = 0
         """Sentences completed so far."""
         self.over = False
@@ -38,11 +51,13 @@ class ReplyBudget:
     def push(self, text: str) -> str:
         if self.over:
             return ""
-        if self.sentences <= 0:
+        if self.sentences <= 0 and self.seconds <= 0:
             return text
         start = len(self._text)
         self._text += text
-        cut = self._scan()
+        cuts = [c for c in (self._scan() if self.sentences > 0 else None,
+                            self._past_time() if self.seconds > 0 else None) if c is not None]
+        cut = min(cuts, default=None)  # whichever rule ends the reply first
         if cut is None:
             return text
         self.over = True
@@ -79,6 +94,46 @@ class ReplyBudget:
             i = end
         self._checked = i
         return None
+
+
+    def _past_time(self) -> int | None:
+        """Where a reply that takes too long to say ends, once that is certain: at a sentence
+        end once half its time has gone by (a sentence that long is a reply), at a clause
+        break once all of it has, or at the end of the word that runs `GRACE_S` past it."""
+        buf = self._text
+        half = time_point(buf, self.seconds / 2)
+        if half is None:
+            return None
+        past = time_point(buf, self.seconds)
+        for i in range(half, len(buf)):
+            ch = buf[i]
+            if ch in ZH_END:
+                return skip_closers(buf, i + 1)
+            if ch in EN_END and (end := english_end(buf, i)) is not None:
+                return end
+            if past is not None and i >= past and (
+                    ch in _CLAUSE_ZH or ch in _CLAUSE_EN and buf[i + 1:i + 2].isspace()):
+                return i + 1
+        late = time_point(buf, self.seconds + GRACE_S)
+        return late if late is not None and late < len(buf) else None
+
+
+def time_point(text: str, seconds: float) -> int | None:
+    """The end of the word (or Mandarin character) of `text` at which saying it takes
+    `seconds`; None if all of it takes less."""
+    said = 0.0
+    for m in _WORD.finditer(text):
+        word = m.group()
+        if not is_cjk(word[0]):
+            said += 1 / WORDS_PER_S
+            if said >= seconds:
+                return m.end()
+            continue
+        for k, ch in enumerate(word):
+            said += 1 / CHARS_PER_S if is_cjk(ch) else 0.0
+            if said >= seconds:
+                return m.start() + k + 1
+    return None
 
 
 def sentences(text: str) -> int:

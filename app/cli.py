@@ -11,6 +11,7 @@ from app.config import (
     ASR_COMPUTE,
     CPU_SHORT_WINDOW_S,
     DEMO_ASR_THREADS,
+    DEMO_REPLY_S,
     DETECTORS,
     PRIMARY_MODEL,
     AppConfig,
@@ -70,6 +71,11 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--reply-sentences", type=non_negative_int, default=LlmConfig.reply_sentences,
                    help="the spoken-reply budget: a reply ends after this many sentences and "
                    "the rest is never generated (0: only --max-tokens ends it)")
+    g.add_argument("--reply-seconds", type=non_negative_float, default=None,
+                   help="the spoken-reply budget in time: a reply that takes longer to say "
+                   "(from its words) ends at its next sentence or clause break, the rest never "
+                   "generated (0: off; the default, but the demo's replies are held to "
+                   f"{DEMO_REPLY_S:g} s)")
     g.add_argument("--repetition-penalty", type=float, default=None)
     g.add_argument("--persona", type=Path, default=None, help="system prompt file")
     g.add_argument("--persona-block", type=int, default=0,
@@ -252,7 +258,7 @@ def from_args(args: argparse.Namespace) -> AppConfig:
         raise SystemExit(f"Refusing to listen on {args.host} without --auth user:password "
                          "(or VOICE_AGENT_AUTH): anyone who reaches the port could use it.")
     llm = LlmConfig(max_tokens=args.max_tokens, reply_sentences=args.reply_sentences,
-                    prefill=not args.no_prefill)
+                    reply_seconds=args.reply_seconds or 0.0, prefill=not args.no_prefill)
     if args.repetition_penalty is not None:
         llm.repetition_penalty = args.repetition_penalty
     anchor = None
@@ -313,6 +319,13 @@ def check_tls(certfile: str, keyfile: str) -> None:
         raise SystemExit(f"Cannot serve HTTPS with --ssl-certfile {certfile}"
                          + (f" --ssl-keyfile {keyfile}" if keyfile else "")
                          + f": {exc}. Give a PEM certificate and its private key.") from exc
+
+
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value
 
 
 def non_negative_int(text: str) -> int:

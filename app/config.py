@@ -108,6 +108,9 @@ DETECTORS = ("off", "words", "model", "audio", "words+model", "words+audio", "mo
 ASR_COMPUTE = {"cpu": "int8", "cuda": "float16"}
 """The ASR's CTranslate2 compute type on each device (`AsrConfig.compute_type`)."""
 
+DEMO_REPLY_S = 4.0
+"""`--reply-seconds` of the demo: its small model ignores the persona's "short replies"."""
+
 DEMO_ASR_THREADS = 1
 """`--asr-threads` of the 2-core demo. Alone, tiny.en decodes a clip faster on one
 CTranslate2 thread than on two, on both of its CPU backends (MKL on Intel, oneDNN on AMD),
@@ -173,6 +176,9 @@ class LlmConfig:
     reply_sentences: int = 2
     """The spoken-reply budget: the reply ends after this many sentences, and the rest is
     never generated (`app.budget`; 0: only `max_tokens` ends it)."""
+    reply_seconds: float = 0.0
+    """The budget in time: a reply that takes longer to say ends at its next break (0: off;
+    a model made for short spoken replies keeps to them)."""
     temperature: float = 0.0
     repetition_penalty: float = 1.0
     """vLLM extra sampling parameter; small models loop under greedy decoding without it."""

@@ -116,7 +116,8 @@ class TurnMetrics:
     cancelled: bool = False
     """The user barged in and the reply was cut."""
     budget_ended: bool = False
-    """The reply said its `--reply-sentences` and the rest was never generated."""
+    """The reply said its `--reply-sentences` or `--reply-seconds` and the rest was never
+    generated."""
     continued_in: int | None = None
     """The user went on within `--turn-continue-ms` of this turn's last word: turn N
     answered its words with the rest, and this turn left the conversation."""

@@ -268,7 +268,7 @@ class Agent:
 
         before = self.server_views.before(endpoint, turn.session.sid)
         turn.stamp("llm_sent")
-        budget = ReplyBudget(self.cfg.llm.reply_sentences)
+        budget = ReplyBudget(self.cfg.llm.reply_sentences, self.cfg.llm.reply_seconds)
         try:
             for delta in within(self.llm.stream(endpoint, messages, self.cfg.llm,
                                                 turn.turn_id, stats, turn.cancel), budget):

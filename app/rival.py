@@ -88,7 +88,8 @@ class Rival:
         session.touch(f"Measuring {endpoint.name}...")
         stats, error = StreamStats(), ""
         before = self.server_views.before(endpoint, session.sid)
-        budget = ReplyBudget(self.cfg.llm.reply_sentences)  # the same length as the primary's
+        # the same length as the primary's
+        budget = ReplyBudget(self.cfg.llm.reply_sentences, self.cfg.llm.reply_seconds)
         try:
             for _ in within(self.llm.stream(endpoint, messages, self.cfg.llm, turn.turn_id,
                                             stats, cancel), budget):

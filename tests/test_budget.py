@@ -14,8 +14,9 @@ from app.chunking import split_all
 from tests.conftest import ROOT
 
 
-def kept(text: str, sentences: int, cuts: list[int] | None = None) -> tuple[str, bool]:
-    budget, out, start = ReplyBudget(sentences), [], 0
+def kept(text: str, sentences: int, cuts: list[int] | None = None,
+         seconds: float = 0.0) -> tuple[str, bool]:
+    budget, out, start = ReplyBudget(sentences, seconds), [], 0
     for cut in sorted(cuts or []) + [len(text)]:
         out.append(budget.push(text[start:cut]))
         start = max(start, cut)
@@ -73,12 +74,31 @@ sentence = st.sampled_from(
      "真的吗？", "再见！", "Well, maybe…", "Sure"])
 
 
+def test_a_reply_that_takes_too_long_to_say_ends_at_a_break():
+    """--reply-seconds: a sentence end once half the time is said; past it, a clause break;
+    with none soon after, a word's end."""
+    long = ("I'm sorry for any confusion earlier. For dinner tonight, I recommend making pasta "
+            "with marinara sauce, garlic and basil.")
+    assert kept(long, 2, seconds=4.0) == ("I'm sorry for any confusion earlier.", True)
+    clause = ("Dolphins are known around the world as very intelligent and playful animals, and "
+              "they live in groups called pods.")
+    assert kept(clause, 2, seconds=4.0) == (
+        "Dolphins are known around the world as very intelligent and playful animals,", True)
+    words = " ".join(["word"] * 30)
+    cut, over = kept(words, 0, seconds=4.0)
+    assert over and cut == " ".join(["word"] * 15)  # (4 + 1.5) s at 2.7 words a second
+    assert kept("今天天气很好，我们去公园散步吧。然后我们一起吃午饭。", 2, seconds=4.0) == (
+        "今天天气很好，我们去公园散步吧。", True)
+    for short in ("The capital of Italy is Rome.", "好的，明天见！"):
+        assert kept(short, 2, seconds=4.0) == (short, False)
+
+
 @given(st.lists(sentence, min_size=1, max_size=8), st.integers(0, 4),
-       st.lists(st.integers(0, 200), max_size=12))
-def test_where_it_stops_does_not_depend_on_the_stream_pieces(parts, budget, cuts):
+       st.lists(st.integers(0, 200), max_size=12), st.sampled_from([0.0, 1.0, 2.5, 4.0]))
+def test_where_it_stops_does_not_depend_on_the_stream_pieces(parts, budget, cuts, seconds):
     text = " ".join(parts)
-    whole = kept(text, budget)
-    assert kept(text, budget, [c for c in cuts if c <= len(text)]) == whole
+    whole = kept(text, budget, seconds=seconds)
+    assert kept(text, budget, [c for c in cuts if c <= len(text)], seconds) == whole
     assert text.startswith(whole[0])
     if not whole[1]:
         assert whole[0] == text  # nothing is dropped while the budget holds

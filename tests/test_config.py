@@ -220,3 +220,18 @@ def test_asr_threads_one_per_core_unless_set_and_one_on_the_demo(capsys):
         args = parser().parse_args(argv)
         apply_demo_preset(args)
         assert from_args(args).asr.cpu_threads == threads, argv
+
+
+def test_the_demo_holds_replies_to_a_few_seconds_and_the_product_does_not(capsys):
+    from app.__main__ import apply_demo_preset
+    from app.config import DEMO_REPLY_S
+
+    assert from_args(parser().parse_args([])).llm.reply_seconds == 0.0
+    for argv, seconds in (([], DEMO_REPLY_S), (["--reply-seconds", "0"], 0.0),
+                          (["--reply-seconds", "6.5"], 6.5)):
+        args = parser().parse_args(argv)
+        apply_demo_preset(args)
+        assert from_args(args).llm.reply_seconds == seconds, argv
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--reply-seconds", "-1"])
+    assert "--reply-seconds" in capsys.readouterr().err
