@@ -7,7 +7,9 @@ came, `pause` after a short silence (the turn starts speculatively: ASR, model a
 run while the user might still go on), `resume` if they do go on (the speculation is
 dropped), and `end` once the silence is long enough (the turn is committed and its audio
 released). Every event carries the browser time of the last voiced frame, so latency
-counts from what the user did, not from when the server noticed.
+counts from what the user did, not from when the server noticed. Voice too short to start
+an utterance is kept a while: a word said before a pause ("我想 …", "So …") is the start of
+the utterance that follows it, not lost.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ FRAME = 512  # samples at 16 kHz, the size Silero v6 expects
 FRAME_MS = FRAME * 1000 / RATE
 CONTEXT = 64
 PRE_ROLL_FRAMES = 10  # keep this many frames before the first speech frame
+LEAD_IN_MS = 1200
+"""A burst of voice too short to start an utterance ("我想", "So") and followed by a pause
+no longer than this becomes the start of the utterance that follows it."""
+LEAD_IN_FRAMES = round(2 * LEAD_IN_MS / FRAME_MS)  # the most of it kept
 HYSTERESIS = 0.15  # a frame is silent below threshold - this (Silero's own default)
 
 
@@ -64,6 +70,9 @@ class Endpointer:
     def _reset_state(self) -> None:
         self._speech: list[np.ndarray] = []
         self._pre: deque[np.ndarray] = deque(maxlen=PRE_ROLL_FRAMES)
+        self._lead: list[np.ndarray] = []  # the audio before the first voiced frame
+        self._held: list[np.ndarray] | None = None  # a short burst and the silence after it
+        self._held_silent = 0
         self._voiced = 0
         self._silent = 0
         self._started = False
@@ -114,9 +123,16 @@ class Endpointer:
         cfg = self.cfg
         if self._voiced == 0:
             self._pre.append(window)
+            if self._held is not None:
+                self._held.append(window)
+                self._held_silent += 1
             if p >= cfg.threshold:
                 self._speech, self._voiced, self._silent = [window], 1, 0
+                self._lead = (self._held or [*self._pre])[:-1]
+                self._held = None
                 self._last_voiced_ms = end_ms
+            elif self._held is not None and self._held_silent * FRAME_MS > LEAD_IN_MS:
+                self._held = None
             return []
         self._speech.append(window)
         events = []
@@ -146,7 +162,11 @@ class Endpointer:
         if silence_ms >= self.end_after_ms or too_long:
             if self._started:
                 events.append(self._event("end", end_ms, with_audio=True))
-            self._reset_state()  # a burst shorter than min_speech_ms ends here unheard
+                self._reset_state()
+            else:  # a burst shorter than min_speech_ms: the lead-in of what may follow
+                held, silent = [*self._lead, *self._speech], self._silent
+                self._reset_state()  # bursts and gaps come and go: the latest are kept
+                self._held, self._held_silent = held[-LEAD_IN_FRAMES:], silent
         return events
 
     def _event(self, kind: VadKind, end_ms: float, with_audio: bool = False) -> VadEvent:
@@ -154,7 +174,7 @@ class Endpointer:
         if with_audio:
             # the utterance with the pre-roll before it and the silence after it: Whisper
             # loses soft word endings ("colors" -> "color") when cut at the last voiced frame
-            audio = np.concatenate([*list(self._pre)[:-1], *self._speech])
+            audio = np.concatenate([*self._lead, *self._speech])
         return VadEvent(kind, self._last_voiced_ms, audio, self._voiced * FRAME_MS, end_ms)
 
     def reset(self) -> None:
