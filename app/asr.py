@@ -220,8 +220,9 @@ class Asr:
                     expect: str | None = None) -> Transcript:
         lang = language or self.cfg.language
         t0 = time.perf_counter()
+        kept: tuple[float, str, Reading] | None = None
         if expect not in (None, "en") and lang == "auto" and self.detector is not None:
-            heard = self._expected(turn_id, audio, expect, t0)
+            heard, kept = self._expected(turn_id, audio, expect, t0)
             if heard is not None:
                 return heard
         read = Reading("", 0.0, False, None, None)
@@ -244,11 +245,15 @@ class Asr:
                              "window", turn_id, window, read.text[:120], longer)
                     continue
                 # ask the multilingual model which language this is, and let it transcribe
-                # any other language
-                detected = self.language(audio, window)
-                if detected != "en":
-                    read, detected = self._decode_window(self.detector, audio, detected,
-                                                         window, warmer)
+                # any other language (the expected one's unsure reading: what it would read)
+                if kept is not None and kept[0] == window:
+                    _, detected, read = kept
+                    log.info("turn %s: unsure in English too: %s as read", turn_id, detected)
+                else:
+                    detected = self.language(audio, window)
+                    if detected != "en":
+                        read, detected = self._decode_window(self.detector, audio,
+                                                             detected, window, warmer)
             lang = detected
             if not repeated(read.text) and compression_ratio(read.text) <= MAX_COMPRESSION:
                 break
@@ -270,27 +275,29 @@ class Asr:
         return Transcript(turn_id, read.text, detected, t0, time.perf_counter(), read.score,
                           read.last_word_s, read.close_p)
 
-    def _expected(self, turn_id: int, audio: np.ndarray, expect: str,
-                  t0: float) -> Transcript | None:
+    def _expected(self, turn_id: int, audio: np.ndarray, expect: str, t0: float
+                  ) -> tuple[Transcript | None, tuple[float, str, Reading] | None]:
         """A conversation in another language than English: the multilingual model reads
         the clip at once in it (the English-only one would only be unsure of it) when that
-        is the detector's top language and the reading is sure; else None, and the clip
-        takes the usual path, so English after Mandarin is still heard as English."""
+        is the detector's top language and the reading is sure. Else the clip takes the
+        usual path, so English after Mandarin is still heard as English; an unsure reading
+        is kept, with its window, for that path to take instead of reading it again."""
         window = self.detect_window(audio)
         if window >= 30.0:
-            return None  # a long utterance: Whisper's own path
+            return None, None  # a long utterance: Whisper's own path
         encoded = self._encode(self.detector, [audio], window)
         top = decide_language(probabilities(self.detector.model, encoded), self.cfg.languages)
         if top != expect:
             log.info("turn %s: %s expected, the detector heard %s first", turn_id, expect, top)
-            return None
+            return None, None
         read = self._generate(self.detector, encoded, 1, expect, [len(audio) / RATE])[0]
         if not read.text or read.loops or repeated(read.text) or read.score < UNSURE:
             log.info("turn %s: unsure in %s (%r, %.2f)", turn_id, expect, read.text[:40],
                      read.score)
-            return None
+            # a loop would be decoded warmer there: not the same reading
+            return None, None if read.loops else (window, expect, read)
         return Transcript(turn_id, read.text, expect, t0, time.perf_counter(), read.score,
-                          read.last_word_s, read.close_p)
+                          read.last_word_s, read.close_p), None
 
     def windows(self, *clips: np.ndarray) -> list[float]:
         """The windows that hold each of `clips` with a second to spare, shortest first

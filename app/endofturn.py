@@ -72,7 +72,22 @@ UNFINISHED_ZH = ("和", "跟", "与", "或者", "还是", "但是", "可是", "�
                  "得", "把", "被", "给", "对", "从", "在", "向", "往", "比", "让", "想", "要",
                  "是", "呃", "嗯", "额", "还有", "以及", "一个", "一张", "一下",
                  # verbs whose clause or object is still to come ("I think that ...")
-                 "觉得", "认为", "以为", "希望", "打算", "帮我", "告诉我", "让我")
+                 "觉得", "认为", "以为", "希望", "打算", "帮我", "告诉我", "让我",
+                 # "is there / can / will ..." asked before what is asked about
+                 "有没有", "能不能", "会不会", "可不可以")
+# Words that end a sentence although they end with one of those: answers and their like
+# ("好的", "是的", "我不要", "我也是"), and "现在", "重要" (a word, not "在" or "要").
+FINISHED_ZH = ("好的", "是的", "对的", "真的", "不要", "不想", "也是", "不是", "不对", "现在",
+               "不在", "重要")
+# A Mandarin reading this short is judged only when it is a reply of its own or ends with a
+# sentence-final particle: Whisper reads the first word or two of a sentence said before a
+# pause as other words, closed with a mark ("保我。" for "帮我 ...").
+SHORT_ZH = 2
+SHORT_REPLIES_ZH = ("好", "好的", "对", "对的", "是", "是的", "行", "谢谢", "没有", "可以", "不用",
+                    "不要", "不是", "不对", "当然", "再见", "你好", "算了")
+PARTICLES_ZH = "吗呢吧啊呀了哦嘛啦"
+# A clause with "是" may end with "的" ("这首歌是谁唱的", "我是坐飞机来的").
+SHI_DE = re.compile(r"是[^，,。？！?!、；;]*的$")
 TRAILING_PUNCT = ".!?。！？,，、;；:：…\"'”’ "
 # A last word Whisper aligned to less voice than this it added where the voice stopped, at a
 # pause ("a table for it." for "a table for", "... with me?", "trying to find it."): tiny.en
@@ -99,6 +114,8 @@ def unfinished_ending(text: str) -> str | None:
     if not words:
         return None
     if is_cjk(words[-1]):
+        if words.endswith(FINISHED_ZH) or SHI_DE.search(words) or words in SHORT_REPLIES_ZH:
+            return None
         return next((e for e in UNFINISHED_ZH if words.endswith(e)), None)
     tokens = [w.lower().strip("\"'“”‘’") for w in words.split()]
     last = tokens[-1]
@@ -110,6 +127,13 @@ def unfinished_ending(text: str) -> str | None:
     if last in AUXILIARIES:
         return None if question else last
     return last if last in UNFINISHED_EN else None
+
+
+def short_reading(text: str) -> bool:
+    """Whether `text` is Mandarin too short to judge (`SHORT_ZH`)."""
+    chars = "".join(c for c in normalize(text) if is_cjk(c) and c not in "，、。？！")
+    return 0 < len(chars) <= SHORT_ZH and chars not in SHORT_REPLIES_ZH \
+        and chars[-1] not in PARTICLES_ZH
 
 
 def closed(text: str) -> bool:
@@ -221,6 +245,8 @@ def decide(cfg: TurnConfig, silence_ms: int, uses: set[str], text: str,
         if p >= cfg.audio_done:
             return 0, "audio", f"p(done) {p:.2f}"
         return cfg.cap_ms, "audio", f"p(done) {p:.2f}"
+    if "words" in uses and short_reading(text):
+        return cfg.unmarked_ms, "words", "a word or two" + note
     if "words" in uses and (guessed or not closed(text)):
         if not guessed and close_p is not None:
             note = f", p(mark) {close_p:.2f}"

@@ -415,3 +415,52 @@ def test_a_mandarin_conversation_is_heard_in_mandarin_at_once(demo_asr, caplog):
     assert heard.language == "en", heard
     assert word_recall(TRANSCRIPTS["en_capital.wav"], heard.text) >= 0.8, heard.text
     assert "turn 8: zh expected, the detector heard en first" in caplog.text
+
+
+def test_a_reading_unsure_in_the_conversations_language_is_not_made_twice(demo_asr, caplog):
+    """The Mandarin set's "把卧室的空调关掉吧" at the end of its turn, in a Mandarin
+    conversation: Whisper base hears Mandarin first but reads it short of sure ("把Wars的
+    空调关掉吧"), and tiny.en is unsure of it too. The reading already made is the
+    transcript: the detector does not encode and read the clip again in the same window."""
+    import logging
+
+    from bench.turn_detection import pauses_of
+
+    x, _ = sf.read(ASSETS / "zh_set" / "zh_complete_15.flac", dtype="float32")
+    *_, (end, heard) = pauses_of(x, 64)
+    assert end.resume_ms is None  # the turn's end
+    with caplog.at_level(logging.INFO, logger="app.asr"):
+        tr = demo_asr.process(11, heard, expect="zh")
+    assert tr.language == "zh" and "空调" in tr.text, tr
+    assert "turn 11: unsure in zh" in caplog.text
+    assert "turn 11: unsure in English too: zh as read" in caplog.text
+
+
+def test_mandarin_words_before_a_pause_wait_and_a_finished_question_does_not(demo_asr):
+    """The Mandarin set in a Mandarin conversation, through the app's endpointer: at the
+    pause after "我想" and after "帮我" Whisper base reads a word or two ("模像", "保我。" on
+    this project's Xeon): held past the pause. "这首歌是谁唱的？" ends with "的" after "是":
+    finished, not held to the cap."""
+    from app.config import TurnConfig, VadConfig
+    from app.endofturn import TurnDetector
+    from bench.turn_detection import pauses_of
+
+    cfg = TurnConfig("words")
+    detector = TurnDetector(cfg, VadConfig.silence_ms)
+
+    def verdicts(name: str) -> list:
+        x, _ = sf.read(ASSETS / "zh_set" / name, dtype="float32")
+        out = []
+        for pause, heard in pauses_of(x, 64):
+            tr = demo_asr.process(1, heard, expect="zh")
+            out.append((pause, tr, detector.judge(1, tr.text, last_word_s=tr.last_word_s,
+                                                  close_p=tr.close_p)))
+        return out
+
+    for name in ("zh_pause_05.flac", "zh_pause_06.flac"):
+        pause, tr, verdict = verdicts(name)[0]
+        assert pause.resume_ms - pause.last_voiced_ms > 500, (name, pause)  # the pause
+        assert verdict.hold_ms >= cfg.unmarked_ms, (name, tr.text, verdict)
+    pause, tr, verdict = verdicts("zh_complete_11.flac")[-1]
+    assert pause.resume_ms is None and tr.text.rstrip("。？?").endswith("的"), tr
+    assert verdict.hold_ms < cfg.cap_ms, (tr.text, verdict)

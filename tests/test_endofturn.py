@@ -56,6 +56,10 @@ from tests.conftest import ASSETS
     ("We need", "we need"),
     ("Yeah, I guess.", None),
     ("今天天气怎么样？", None),
+    ("附近,有没有?", "有没有"),
+    ("好的。", None),  # a reply of its own, not "的" left open
+    ("这首歌是谁唱的？", None),  # "是 ... 的"
+    ("我最喜欢的是", "是"),
     ("", None),
 ])
 def test_open_endings(text, ending):
@@ -111,6 +115,18 @@ def test_finished_looking_words_the_asr_closed_with_no_mark_are_held_a_little():
     guessed = detector.judge(3, "Remind me to order it.", last_word_s=(1.7, 1.72))
     assert (guessed.hold_ms, guessed.detail) == (1000, "no closing mark (“it”: no voice)")
     assert TurnDetector(TurnConfig("off"), 400).judge(4, "Please").hold_ms == 400
+
+
+def test_a_mandarin_reading_of_a_word_or_two_is_held_a_little():
+    """Whisper base reads the first word or two of a Mandarin sentence said before a pause
+    as other words, closed ("保我。" for "帮我 ..."): too few to judge, they wait
+    `unmarked_ms`; short replies and a word with its particle commit at once."""
+    detector = TurnDetector(TurnConfig("words", cap_ms=2000, unmarked_ms=1000), silence_ms=400)
+    for text in ("保我。", "模像", "不敬。"):
+        verdict = detector.judge(1, text)
+        assert (verdict.hold_ms, verdict.detail) == (1000, "a word or two"), text
+    for text in ("好的。", "谢谢。", "走吧。", "对。", "你好。", "我昨天去了。"):
+        assert detector.judge(2, text).hold_ms == 0, text
 
 
 def test_unclosed_words_whisper_nearly_closed_wait_the_fixed_silence():
