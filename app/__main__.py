@@ -12,10 +12,10 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from app.cli import from_args, parse
 from app.config import DEMO_ASR_THREADS, DEMO_REPLY_S, ROOT, AppConfig, AsrConfig
-from app.gpuplan import format_plan, gpu_memory_gib, gpu_servers, plan_gpus
-from app.launch import (
+from app.ops.cli import from_args, parse
+from app.ops.gpuplan import format_plan, gpu_memory_gib, gpu_servers, plan_gpus
+from app.ops.launch import (
     DEMO_SERVED_NAME,
     VllmServer,
     all_cpus,
@@ -23,10 +23,10 @@ from app.launch import (
     cpu_choices,
     cpu_server,
 )
-from app.llm import LlmError, check_endpoint, compare_tokenizers, dry_run_info
-from app.machine import one_blas_thread
-from app.prepare import tiny_en_dir
-from app.replytext import STAND_IN, StandIn
+from app.ops.machine import one_blas_thread
+from app.ops.prepare import tiny_en_dir
+from app.stages.llm import LlmError, check_endpoint, compare_tokenizers, dry_run_info
+from app.stages.replytext import STAND_IN, StandIn
 
 ANCHOR_SERVED_NAME = DEMO_SERVED_NAME + "-anchor"
 
@@ -122,10 +122,10 @@ def notice(cfg: AppConfig) -> str:
 
 
 def run_workers(args: argparse.Namespace, argv: list[str], servers: list[VllmServer]) -> None:
-    """`--workers N`: the app N times behind HAProxy (app/workers.py), on the servers started
+    """`--workers N`: the app N times behind HAProxy (app/ops/workers.py), on the servers started
     here, until Ctrl-C."""
-    from app.asrhost import AsrHost
-    from app.workers import Workers
+    from app.ops.workers import Workers
+    from app.stages.asrhost import AsrHost
 
     cfg = from_args(args)  # the flags' errors once, here, not N times in the workers' logs
     endpoints = {"--base-url": cfg.primary.base_url, "--model": cfg.primary.model}
@@ -177,8 +177,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.workers > 1:
             run_workers(args, argv if argv is not None else sys.argv[1:], servers)
             return
-        from app.pipeline import Agent
-        from app.server import create_app, serve
+        from app.core.pipeline import Agent
+        from app.web.server import create_app, serve
 
         cfg = from_args(args)
         if cfg.tts.stand_in and cfg.language in STAND_IN:  # `--language zh`: Mandarin replies

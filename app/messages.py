@@ -21,7 +21,7 @@ Signal = Literal["words", "model", "audio", "fixed"]
 
 @dataclass(frozen=True)
 class MicBytes:
-    """A microphone message as it came off the socket (app/wire.py's frame), decoded into a
+    """A microphone message as it came off the socket (app/core/wire.py's frame), decoded into a
     `MicFrame` on the session's turn-taking thread, not on the event loop."""
 
     data: bytes = field(repr=False)
@@ -31,7 +31,7 @@ class MicBytes:
 
 @dataclass(frozen=True)
 class MicFrame:
-    """One microphone frame (no longer than app/transport.py takes), resampled to 16 kHz mono
+    """One microphone frame (no longer than app/web/transport.py takes), resampled to 16 kHz mono
     float32."""
 
     seq: int
@@ -84,7 +84,7 @@ class Transcript:
 
 @dataclass(frozen=True)
 class EndOfTurn:
-    """The end-of-turn decision on a speculative turn's transcript (app/endofturn.py): how
+    """The end-of-turn decision on a speculative turn's transcript (app/stages/endofturn.py): how
     long the silence must last before the turn commits."""
 
     turn_id: int

@@ -64,7 +64,7 @@ class TurnMetrics:
     eot_signal: str = ""
     """What ended the user's turn: the end-of-turn detector's signal and what it saw
     ("words: ends with “for”", "model: p(end) 0.93"), or the silence that reached the fixed
-    end or the cap (app/endofturn.py)."""
+    end or the cap (app/stages/endofturn.py)."""
     asr_after_speech_ms: float | None = None
     """Last voiced frame -> transcript ready (ASR starts speculatively at a short pause)."""
     first_piece_ms: float | None = None
@@ -79,10 +79,10 @@ class TurnMetrics:
     mic_wait_ms: float | None = None
     """The first audio waited this long for the microphone's frames: they came in late, and
     until they caught up the turn-taking could not know whether the user's voice was back
-    (app/turn.py `_mic_behind`)."""
+    (app/core/turn.py `_mic_behind`)."""
     voice_wait_ms: float | None = None
     """The first audio waited this long for the user's voice, back after the commit, to go
-    (app/turn.py `voice_back`): the user might have been going on. Its own figure, so that
+    (app/core/turn.py `voice_back`): the user might have been going on. Its own figure, so that
     the stages between the last voiced frame and the first sample heard leave no gap."""
     transport_ms: float | None = None
     """First audio sent by the server -> received by the page."""
@@ -258,8 +258,8 @@ def fill_timeline(m: TurnMetrics, stamps: dict[str, float], last_voiced_ms: floa
 
 
 def fill_llm(m: TurnMetrics, stats, view=None) -> None:
-    """A request's figures from its stream (`app.llm.StreamStats`) and the server's own
-    view of it (`app.servermetrics.ServerView`, when the server publishes one)."""
+    """A request's figures from its stream (`app.stages.llm.StreamStats`) and the server's own
+    view of it (`app.stages.servermetrics.ServerView`, when the server publishes one)."""
     m.ttft_ms = ms(stats.first - stats.sent) if stats.first else None
     m.ms_per_token = token_gap_ms(stats.first, stats.last, stats.tokens) if stats.first else None
     m.reply_tokens, m.prompt_tokens = stats.tokens, stats.prompt_tokens

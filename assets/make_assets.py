@@ -30,9 +30,9 @@ ZH_CLIPS = {
 
 
 def main() -> None:
-    from app.audio import resample
-    from app.tts.kokoro import KokoroTts
-    from app.tts.piper import PiperTts
+    from app.stages.audio import resample
+    from app.stages.tts.kokoro import KokoroTts
+    from app.stages.tts.piper import PiperTts
 
     voices = {"en": PiperTts(), "zh": KokoroTts()}
     for voice in voices.values():

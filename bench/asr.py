@@ -2,7 +2,7 @@
 
   .venv/bin/python -m bench.asr [--model tiny.en|base]
 
-One model, three `app.asr.Asr` instances that differ only in their windows (30 s:
+One model, three `app.stages.asr.Asr` instances that differ only in their windows (30 s:
 faster-whisper's own `transcribe`, which pads every input to 30 s; 10 s alone, the app's
 default; `--asr-short-window-s 7`: 7 s for a clip that fits it and 10 s else). Clips:
 the committed English recordings, the voice-to-voice benchmark's espeak-ng questions (two
@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from app.asr import Asr
 from app.config import MODELS, ROOT, AsrConfig
-from app.machine import describe, machine
-from app.prepare import tiny_en_dir
+from app.ops.machine import describe, machine
+from app.ops.prepare import tiny_en_dir
+from app.stages.asr import Asr
 from bench.voice_to_voice import QUESTIONS, VOICES, speak, wer
 
 

@@ -3,8 +3,8 @@
   python -m bench.asr_alignment --model DIR [--devices cuda,cpu] [--out DIR]
 
 The end of a turn leaves out a last word Whisper aligned to no voice
-(`app.endofturn.heard_words`); the alignment is faster-whisper's, run by `app.asr.Asr` on
-whichever device the ASR uses. This runs the app's `Asr` on the labelled set's English clips
+(`app.stages.endofturn.heard_words`); the alignment is faster-whisper's, run by `app.stages.asr.Asr`
+on whichever device the ASR uses. This runs the app's `Asr` on the labelled set's English clips
 (`assets/turns/`), each paused sentence cut at its pause (as the speculative start hears it)
 and whole, on every device given, and writes per clip the transcript, the last word's span,
 the word left out and the words' verdict, with the decode time; the devices are compared
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from app.asr import Asr
 from app.config import ASR_COMPUTE, ROOT, AsrConfig
-from app.endofturn import closed, heard_words, unfinished_ending
-from app.machine import describe, machine
+from app.ops.machine import describe, machine
+from app.stages.asr import Asr
+from app.stages.endofturn import closed, heard_words, unfinished_ending
 
 SET = ROOT / "assets" / "turns"
 TAIL_S = 0.13  # the silence a speculative start has heard after the last word

@@ -6,7 +6,7 @@ CTranslate2 computes with Intel MKL on an Intel CPU and with oneDNN on any other
 (AMD); `CT2_USE_MKL=0` gives an Intel CPU the other vendors' backend, and the three ISA
 caps its AVX2 paths, so one Intel box measures both of what an AMD AVX2 box and an Intel
 one run. Each setting is a fresh process (the backend is chosen once per process) running
-the app's own `app.asr.Asr` as the demo configures it (tiny.en, int8, the 6 s window where a
+the app's own `app.stages.asr.Asr` as the demo configures it (tiny.en, int8, the 6 s window where a
 clip fits), on the committed English recordings, each decoded 4 times (the first dropped);
 settings alternate within each round, so drift hits all. The backend each process took is
 read back from CTranslate2's own log.
@@ -24,9 +24,9 @@ import subprocess
 import sys
 
 from app.config import ROOT
-from app.machine import AVX2_CAPS as AVX2
-from app.machine import CAPS, ct2_choice, describe, machine
 from app.metrics import percentile
+from app.ops.machine import AVX2_CAPS as AVX2
+from app.ops.machine import CAPS, ct2_choice, describe, machine
 
 SETTINGS = {
     "native, 2 threads": ({}, 2), "native, 1 thread": ({}, 1),
@@ -37,9 +37,9 @@ SETTINGS = {
 CHILD = """
 import json, sys
 import soundfile as sf
-from app.asr import Asr
+from app.stages.asr import Asr
 from app.config import CPU_SHORT_WINDOW_S, ROOT, AsrConfig
-from app.prepare import tiny_en_dir
+from app.ops.prepare import tiny_en_dir
 asr = Asr(AsrConfig(model=tiny_en_dir(), language="en", cpu_threads=int(sys.argv[1]),
                     short_window_s=CPU_SHORT_WINDOW_S))
 asr.setup()
@@ -84,9 +84,9 @@ def main() -> None:
     date = dt.date.today().isoformat()
     command = "python -m bench.asr_backends " + " ".join(sys.argv[1:])
     box = machine()
-    lines = [f"Measured {date} on {describe(box)}; Whisper tiny.en int8 through `app.asr.Asr` "
-             f"(the demo's 6 s window), the committed English recordings, {args.rounds} rounds; "
-             f"command: `{command}`.", "",
+    lines = [f"Measured {date} on {describe(box)}; Whisper tiny.en int8 through "
+             f"`app.stages.asr.Asr` (the demo's 6 s window), the committed English "
+             f"recordings, {args.rounds} rounds; command: `{command}`.", "",
              "| setting | CTranslate2 ISA / int8 GEMM | ms per clip, median | p90 | "
              "against native, 2 threads |", "|---|---|---|---|---|"]
     base = med["native, 2 threads"]

@@ -23,11 +23,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import soundfile as sf
 
-from app.asr import Asr
 from app.config import ROOT, AsrConfig
 from app.language import words
-from app.machine import describe, machine
-from app.prepare import tiny_en_dir
+from app.ops.machine import describe, machine
+from app.ops.prepare import tiny_en_dir
+from app.stages.asr import Asr
 
 CLIPS = ["en_capital.wav", "en_joke.wav", "en_weather.wav", "en_hello.wav"]
 

@@ -1,6 +1,6 @@
 """What NumPy's BLAS threads cost the app: a process computing a clip's Whisper features
 (the mel product is the app's one sizeable matrix product) ten times a second, with the
-library's default threads and with the app's setting (`app.machine.one_blas_thread`), each
+library's default threads and with the app's setting (`app.ops.machine.one_blas_thread`), each
 in a fresh process; how many cores the process keeps busy and how long a call takes.
 
   .venv/bin/python -m bench.blas_threads --out docs/bench/blas_threads
@@ -15,9 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.launch import ROOT
-from app.machine import describe, machine
 from app.metrics import percentile
+from app.ops.launch import ROOT
+from app.ops.machine import describe, machine
 
 SECONDS = 8.0  # per setting
 EVERY_S = 0.1  # ten clips a second: 32 conversations' speculative and final ASR
@@ -28,7 +28,7 @@ import json, sys, time
 import numpy as np
 from faster_whisper.feature_extractor import FeatureExtractor
 if sys.argv[1] == "app":
-    from app.machine import one_blas_thread
+    from app.ops.machine import one_blas_thread
     one_blas_thread()
 from threadpoolctl import threadpool_info
 threads = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]

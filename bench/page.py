@@ -20,7 +20,7 @@ def fake_mic_file(path: Path, clips: list[Path], gap_s: float | list[float],
                   gain: float = 1.0) -> Path:
     """A 48 kHz file Chromium plays as its microphone: each 16 kHz clip (times `gain`) after
     0.5 s of silence, then `gap_s` of silence (a list: each clip's own)."""
-    from app.audio import resample
+    from app.stages.audio import resample
 
     gaps = gap_s if isinstance(gap_s, list) else [gap_s] * len(clips)
     parts = []
@@ -53,7 +53,7 @@ def launch(pw, mic_file: Path | None = None, cpus: str = ""):
     args = ARGS + ([f"--use-file-for-fake-audio-capture={mic_file}"] if mic_file else [])
     mask = os.sched_getaffinity(0)
     if cpus:
-        from app.cli import parse_cpus
+        from app.ops.cli import parse_cpus
 
         os.sched_setaffinity(0, parse_cpus(cpus))  # the browser inherits it
     try:

@@ -19,8 +19,8 @@ import json
 import sys
 import time
 
-from app.launch import ROOT, AppServer, app_cpus
-from app.machine import describe, machine
+from app.ops.launch import ROOT, AppServer, app_cpus
+from app.ops.machine import describe, machine
 from bench.page import open_page, start_recording
 from bench.voice_to_voice import OFFLINE, baseline_tree, browser_times
 

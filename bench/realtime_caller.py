@@ -7,7 +7,7 @@ sends with the client time it arrived.
         caller = Caller(c)
         await caller.say(speech16k, until=lambda: caller.of("response.done"))
 
-Times are this process's `perf_counter` in ms, as `app.client.VoiceClient`'s, and the clip's
+Times are this process's `perf_counter` in ms, as `app.web.client.VoiceClient`'s, and the clip's
 last voiced sample goes out at `stream_start_ms + (LEAD_S + speech_end_s(clip)) * 1000`, as
 the page socket's scripted client sends it: the two are measured the same way.
 """
@@ -21,9 +21,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from app.audio import resample
-from app.client import FRAME_MS, LEAD_S
-from app.realtime_audio import PCM, Format
+from app.stages.audio import resample
+from app.web.client import FRAME_MS, LEAD_S
+from app.web.realtime_audio import PCM, Format
 
 
 def now_ms() -> float:

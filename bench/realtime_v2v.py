@@ -1,5 +1,5 @@
 """Voice-to-voice at the client: the OpenAI Realtime endpoint (through the openai SDK)
-against the page's socket (`app.client.VoiceClient`), in one run of one app, alternated.
+against the page's socket (`app.web.client.VoiceClient`), in one run of one app, alternated.
 
   python -m bench.realtime_v2v --turns 12 [--out DIR] [-- APP FLAGS]   # default: --demo
 
@@ -27,10 +27,10 @@ from pathlib import Path
 
 import httpx
 
-from app.client import LEAD_S, VoiceClient
-from app.launch import ROOT, AppServer
-from app.machine import describe, machine
 from app.metrics import percentile
+from app.ops.launch import ROOT, AppServer
+from app.ops.machine import describe, machine
+from app.web.client import LEAD_S, VoiceClient
 from bench.realtime_caller import Caller, now_ms
 from bench.voice_turns import clips, speech_end_s
 

@@ -59,7 +59,7 @@ def profile_turns(server, trace_dir: Path, out_md: Path, turns: int = 3,
     """Profile `turns` spoken turns on a running server; write and return the summary."""
     import httpx
 
-    from app.llm import server_root
+    from app.stages.llm import server_root
     from build.latency import TURNS_FILE
 
     root = server_root(server)

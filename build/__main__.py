@@ -124,7 +124,7 @@ def dry_run(args: argparse.Namespace) -> None:
     out = dryrun.write(args.layout, args.out, args.config)
     print(f"{out}: {args.layout} dry-run directory (no weights; replies are random text)")
     if args.serve:
-        from app.launch import VllmServer
+        from app.ops.launch import VllmServer
 
         srv = VllmServer(model=str(out), served_name=args.served_name, port=args.port,
                          host=args.host, extra_args=dryrun.serve_flags(args.vllm_arg),

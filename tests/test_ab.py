@@ -7,10 +7,10 @@ import time
 import pytest
 
 from app.config import AppConfig, Endpoint, LlmConfig, TtsConfig
-from app.pipeline import Agent
-from app.plots import per_turn
-from app.session import Session
-from app.views import medians_markdown
+from app.core.pipeline import Agent
+from app.core.session import Session
+from app.web.plots import per_turn
+from app.web.views import medians_markdown
 from tests.conftest import ROOT, run_turn, serving
 
 pytestmark = pytest.mark.integration

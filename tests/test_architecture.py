@@ -1,5 +1,5 @@
-"""docs/ARCHITECTURE.md is true: its state table is `app.floor.TABLE`, its threads exist,
-and the turn-taking state has one writer (`app.floor.step`)."""
+"""docs/ARCHITECTURE.md is true: its state table is `app.core.floor.TABLE`, its threads exist,
+and the turn-taking state has one writer (`app.core.floor.step`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from app.floor import TABLE
-from app.floor_types import Floor
+from app.core.floor import TABLE
+from app.core.floor_types import Floor
 from tests.conftest import ROOT
 
 DOC = ROOT / "docs" / "ARCHITECTURE.md"
@@ -57,7 +57,7 @@ def _writes_of_the_floor(path) -> list[str]:
 
 
 def test_only_step_writes_the_floor():
-    """No module but app/floor.py makes a Floor; the owner only stores what `step`
+    """No module but app/core/floor.py makes a Floor; the owner only stores what `step`
     returned (`Conversation._apply`)."""
     writes = {p.name: _writes_of_the_floor(p) for p in (ROOT / "app").rglob("*.py")
               if p.name != "floor.py"}
@@ -67,11 +67,11 @@ def test_only_step_writes_the_floor():
 
 
 def test_the_floor_cannot_be_changed_in_place():
-    from app.anchor import AnchorQueue
-    from app.conversation import Seat
+    from app.core.anchor import AnchorQueue
+    from app.core.conversation import Seat
 
     with pytest.raises(dataclasses.FrozenInstanceError):
         Floor().speaking = 3  # type: ignore[misc]
     seat = Seat(AnchorQueue.__new__(AnchorQueue))
-    with pytest.raises(AttributeError, match="only app.floor.step"):
+    with pytest.raises(AttributeError, match="only app.core.floor.step"):
         seat.speaking = 3

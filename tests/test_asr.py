@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from app.asr import Asr
-from app.audio import load_upload
 from app.config import AsrConfig
 from app.messages import RATE
-from app.prepare import tiny_en_dir
+from app.ops.prepare import tiny_en_dir
+from app.stages.asr import Asr
+from app.stages.audio import load_upload
 from tests.conftest import ASSETS, TRANSCRIPTS, word_recall, words
 
 pytestmark = pytest.mark.integration
@@ -74,7 +74,7 @@ def test_short_windows_transcribe_like_the_whole_window(caplog):
     for name in ("en_capital.wav", "en_joke.wav", "en_weather.wav", "en_hello.wav"):
         audio, _ = sf.read(ASSETS / name, dtype="float32")
         assert short.window(audio) == 6 and ten.window(audio) == 10
-        with caplog.at_level("INFO", logger="app.asr"):
+        with caplog.at_level("INFO", logger="app.stages.asr"):
             a, b, c = (asr.process(1, audio).text for asr in (short, ten, whole))
         assert "reading the" not in caplog.text, caplog.text
         assert words(a) == words(b) == words(c), (a, b, c)
@@ -147,21 +147,21 @@ def test_a_language_short_of_certain_is_decided_among_the_agents_languages(demo_
     gives some English clips Thai; between the agent's languages it is Mandarin by far."""
     import logging
 
-    from app.whisper_read import CERTAIN_LANGUAGE
+    from app.stages.whisper_read import CERTAIN_LANGUAGE
 
     asr = demo_asr
     x, _ = sf.read(ASSETS / "turns" / "zh_complete_01.wav", dtype="float32")
     audio = np.concatenate([np.zeros(160, np.float32), x])
     first = asr.languages(audio)
     assert first["zh"] < CERTAIN_LANGUAGE and first["zh"] > 50 * first["en"], first
-    with caplog.at_level(logging.INFO, logger="app.asr"):
+    with caplog.at_level(logging.INFO, logger="app.stages.asr"):
         assert asr.language(audio) == "zh"
         heard = asr.process(3, audio)
     assert heard.language == "zh" and "谢" in heard.text, heard
 
 
 def test_a_looping_transcript_is_recognised():
-    from app.whisper_read import MAX_COMPRESSION, compression_ratio
+    from app.stages.whisper_read import MAX_COMPRESSION, compression_ratio
 
     assert compression_ratio("Tell me something about dolphins.") < MAX_COMPRESSION
     assert compression_ratio("Tell me something about dolphins " * 20) > MAX_COMPRESSION
@@ -170,7 +170,7 @@ def test_a_looping_transcript_is_recognised():
 def test_a_phrase_written_twice_over_is_recognised():
     """The short window's failure: words said once, written twice (tiny.en on the GPU for
     "Hello, who are you?", on the CPU for "Tell me something about dolphins")."""
-    from app.whisper_read import repeated
+    from app.stages.whisper_read import repeated
 
     assert repeated("Hello? Who are you? Hello? Who are you? Hello?")
     assert repeated("Tell me something about Tarovins Tell me something about Tarovins")
@@ -192,7 +192,7 @@ def test_a_loop_no_one_could_have_said_in_its_time_keeps_its_first_copy():
     """tiny.en in a short window writes the words, then again and again: more words than
     the clip's seconds could hold. The first copy is what was said; a repetition that fits
     its time is left whole, as is Mandarin (no spaces to cut at)."""
-    from app.whisper_read import first_copy
+    from app.stages.whisper_read import first_copy
 
     assert first_copy("Tell me a joke Tell me a joke Tell me a joke Tell me", 1.28) == \
         "Tell me a joke"
@@ -213,7 +213,7 @@ def test_a_repeated_window_transcript_is_read_again_on_the_whole_window(caplog):
     asr.setup()
     clip, _ = sf.read(ASSETS / "en_hello.wav", dtype="float32")
     twice = np.concatenate([clip, np.zeros(4000, np.float32), clip])
-    with caplog.at_level("INFO", logger="app.asr"):
+    with caplog.at_level("INFO", logger="app.stages.asr"):
         text = asr.process(3, twice).text
     assert "reading the 30 s window" in caplog.text
     assert words(text).count("hello") == 2 and words(text).count("who") == 2, text
@@ -226,7 +226,7 @@ def test_window_features_are_whispers_own_for_the_padded_clip(name):
     for a real clip, silence and a clip longer than the window."""
     from faster_whisper.feature_extractor import FeatureExtractor
 
-    from app.whisper_read import window_mel
+    from app.stages.whisper_read import window_mel
 
     fe = FeatureExtractor(feature_size=80)
     audio, _ = sf.read(ASSETS / name, dtype="float32")
@@ -241,7 +241,7 @@ def test_workers_share_the_parents_asr_and_are_batched_together(tmp_path, monkey
     different workers that wait together are one batch, each with its own words back."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from app.asrhost import KEY_ENV, AsrHost, RemoteAsr
+    from app.stages.asrhost import KEY_ENV, AsrHost, RemoteAsr
 
     monkeypatch.delenv(KEY_ENV, raising=False)
     with pytest.raises(SystemExit, match=KEY_ENV):  # a worker started by hand, not by --workers
@@ -275,7 +275,7 @@ def test_a_word_whisper_adds_where_the_voice_stops_is_aligned_to_no_voice():
     in a whole sentence. The batched path aligns as one alone does."""
     import json
 
-    from app.endofturn import GUESSED_S, heard_words, unfinished_ending
+    from app.stages.endofturn import GUESSED_S, heard_words, unfinished_ending
 
     labels = {lb["file"]: lb for lb in json.loads((ASSETS / "turns" / "labels.json")
                                                   .read_text())}
@@ -320,7 +320,7 @@ def test_finished_words_whisper_left_unclosed_wait_no_longer_than_the_fixed_sile
     sentence commits no later than the fixed silence, with its mark or without; the halves
     wait past a pause. A transcript that ends with a mark has no such probability."""
     from app.config import TurnConfig, VadConfig
-    from app.endofturn import TurnDetector, closed
+    from app.stages.endofturn import TurnDetector, closed
     from bench.turn_detection import SET, pauses_of
 
     asr = Asr(AsrConfig(model=tiny_en_dir(), language="en"))
@@ -355,7 +355,7 @@ def test_a_loops_first_copy_left_unclosed_waits_no_longer_than_the_fixed_silence
     question commits after the fixed silence, not the 1 s of an unclosed sentence (the
     benchmark's "Tell me something about dolphins" looped so and waited the 1 s)."""
     from app.config import CPU_SHORT_WINDOW_S, TurnConfig, VadConfig
-    from app.endofturn import TurnDetector, closed
+    from app.stages.endofturn import TurnDetector, closed
     from bench.turn_detection import pauses_of
     from bench.voice_to_voice import speak
 
@@ -403,7 +403,7 @@ def test_a_mandarin_conversation_is_heard_in_mandarin_at_once(demo_asr, caplog):
     import logging
 
     asr = demo_asr
-    with caplog.at_level(logging.INFO, logger="app.asr"):
+    with caplog.at_level(logging.INFO, logger="app.stages.asr"):
         for name in ("zh_weather.wav", "zh_music.wav"):
             audio, _ = sf.read(ASSETS / name, dtype="float32")
             heard = asr.process(7, audio, expect="zh")
@@ -429,7 +429,7 @@ def test_a_reading_unsure_in_the_conversations_language_is_not_made_twice(demo_a
     x, _ = sf.read(ASSETS / "zh_set" / "zh_complete_15.flac", dtype="float32")
     *_, (end, heard) = pauses_of(x, 64)
     assert end.resume_ms is None  # the turn's end
-    with caplog.at_level(logging.INFO, logger="app.asr"):
+    with caplog.at_level(logging.INFO, logger="app.stages.asr"):
         tr = demo_asr.process(11, heard, expect="zh")
     assert tr.language == "zh" and "空调" in tr.text, tr
     assert "turn 11: unsure in zh" in caplog.text
@@ -442,7 +442,7 @@ def test_mandarin_words_before_a_pause_wait_and_a_finished_question_does_not(dem
     this project's Xeon): held past the pause. "这首歌是谁唱的？" ends with "的" after "是":
     finished, not held to the cap."""
     from app.config import TurnConfig, VadConfig
-    from app.endofturn import TurnDetector
+    from app.stages.endofturn import TurnDetector
     from bench.turn_detection import pauses_of
 
     cfg = TurnConfig("words")

@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
 
-from app.audio import AudioInputError, check_length, resample, rms_dbfs
+from app.core.wire import FRAME_HEADER
 from app.messages import MicBytes
-from app.transport import FrameDecoder
-from app.wire import FRAME_HEADER
+from app.stages.audio import AudioInputError, check_length, resample, rms_dbfs
+from app.web.transport import FrameDecoder
 
 
 def test_resample_keeps_duration_and_pitch():

@@ -10,7 +10,7 @@ import httpx
 import pytest
 import soundfile as sf
 
-from app.views import fmt
+from app.web.views import fmt
 from bench.page import fake_mic_file, open_page, start_recording, stop_recording
 from tests.conftest import (
     APP_LOG,

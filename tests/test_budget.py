@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.budget import ReplyBudget, sentences, within
-from app.chunking import split_all
+from app.stages.budget import ReplyBudget, sentences, within
+from app.stages.chunking import split_all
 from tests.conftest import ROOT
 
 
@@ -130,7 +130,7 @@ def server_counts(endpoint) -> tuple[float, float]:
     (an aborted request is not counted as finished)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from app.llm import metrics_text
+    from app.stages.llm import metrics_text
 
     samples = [sample for family in text_string_to_metric_families(metrics_text(endpoint.base_url))
                for sample in family.samples]
@@ -146,8 +146,8 @@ def test_a_long_reply_stops_at_the_budget_and_the_rest_is_never_generated(endpoi
     (The server may run a little ahead of a reader on a busy box, so what it generated is
     held to most of the free reply never being made, not to an exact count.)"""
     from app.config import AppConfig, LlmConfig, TtsConfig
-    from app.pipeline import Agent
-    from app.session import Session
+    from app.core.pipeline import Agent
+    from app.core.session import Session
     from tests.conftest import run_turn
 
     question = "Tell me a long story about a dragon who learns to fly."

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.launch import VLLM_PYTHON, cpu_int4_problem
+from app.ops.launch import VLLM_PYTHON, cpu_int4_problem
 from build.calib import CalibError, load
 from build.checkpoint import main as inspect_main
 from build.checkpoint import read, read_header

@@ -1,6 +1,6 @@
 """The turn's chain with scripted stages (the LLM and TTS Protocols; the real ones are in
 tests/test_pipeline.py): what reaches the history, the speaker and the records, and that
-only the Turn (app/turn.py) and the figures' own functions (app/metrics.py) write a record.
+only the Turn (app/core/turn.py) and the figures' own functions (app/metrics.py) write a record.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 
 from app.config import AppConfig, Endpoint, LlmConfig
-from app.conversation import Conversation
-from app.llm import LlmError, StreamStats
+from app.core.conversation import Conversation
+from app.core.pipeline import Agent
+from app.core.session import Session
+from app.core.wire import Outbox
 from app.messages import PlayerReport, ReplyDelta
 from app.metrics import TurnMetrics
-from app.pipeline import Agent
-from app.session import Session
-from app.wire import Outbox
+from app.stages.llm import LlmError, StreamStats
 
 REPLY = ["小安：", "The capital", " of France", " is Paris.", " It lies", " on the Seine."]
 CLOSED = "http://127.0.0.1:9/v1"  # nothing listens: the servers' /metrics are not read
@@ -89,7 +89,7 @@ def typed_turn(a: Agent, text: str) -> tuple[Session, TurnMetrics, list]:
     return session, m, turn.collect
 
 
-TURN = {"app.turn", "app.audiogate", "app.turnlog"}
+TURN = {"app.core.turn", "app.core.audiogate", "app.core.turnlog"}
 """The Turn and its parts (its audio gate, its part of the conversation)."""
 
 
@@ -144,7 +144,7 @@ def test_stand_in_speech_reads_a_real_reply_in_the_models_timing():
     """`--tts-stand-in` (dry runs): each delta of the model's stream becomes the next word of
     a real reply, so the chunker cuts a short first piece of real words, as it would from a
     real model; the conversation and history keep what the model said."""
-    from app.replytext import stand_in_replies
+    from app.stages.replytext import stand_in_replies
 
     a = agent(ScriptedLlm(REPLY))
     a.cfg.tts.stand_in = True
@@ -159,7 +159,7 @@ def test_stand_in_speech_reads_a_real_reply_in_the_models_timing():
 
 
 def test_a_stand_in_reply_goes_on_with_the_next_when_the_model_says_more():
-    from app.replytext import StandIn, stand_in_replies
+    from app.stages.replytext import StandIn, stand_in_replies
 
     s = StandIn(len(stand_in_replies()) - 1)
     n = len(stand_in_replies()[-1].split(" "))
@@ -174,7 +174,7 @@ def test_a_mandarin_stand_in_reads_a_token_of_a_mandarin_reply_per_delta(monkeyp
     next token of a Mandarin reply, read without the spaces that part the tokens in the
     file, so the chunker cuts a Mandarin first piece at its clause and the Mandarin voice
     reads it; the history keeps what the model said."""
-    from app.replytext import StandIn, stand_in_replies
+    from app.stages.replytext import StandIn, stand_in_replies
 
     replies = stand_in_replies("zh")
     assert len(replies) >= 8 and all(r.endswith("。") for r in replies)
@@ -286,9 +286,9 @@ def test_a_last_try_cut_by_the_users_turn_is_drawn_once_idle_again(monkeypatch):
     """Cut on its last try by the user's next turn, the anchor's record is over, but it is
     made final (the page draws it) only after that turn: drawn at the cut, its figures took
     the page's and the server's time from the question being answered."""
-    import app.anchor
+    import app.core.anchor
 
-    monkeypatch.setattr(app.anchor, "AB_TRIES", 1)  # the cut is its last try
+    monkeypatch.setattr(app.core.anchor, "AB_TRIES", 1)  # the cut is its last try
     _, finals, _, listener, first, second = anchor_cut_by_a_second_turn("cancelled")
     time.sleep(0.3)  # the cut try's thread has ended; the second reply is under way
     assert second.thread.is_alive() and ("anchor", first.turn_id, True) not in finals

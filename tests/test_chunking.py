@@ -1,4 +1,4 @@
-from app.chunking import SentenceChunker, split_all
+from app.stages.chunking import SentenceChunker, split_all
 
 
 def stream(text: str, step: int = 3) -> list[str]:

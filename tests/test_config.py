@@ -1,7 +1,7 @@
 import pytest
 
-from app.cli import from_args, parser
 from app.config import CPU_SHORT_WINDOW_S, TurnConfig
+from app.ops.cli import from_args, parser
 
 
 def test_defaults_bind_loopback():
@@ -73,7 +73,7 @@ def test_turn_close_p_is_a_probability(capsys):
 
 
 def test_anchor_flags_env_and_config_file(tmp_path, monkeypatch):
-    from app.cli import parse
+    from app.ops.cli import parse
 
     cfg = from_args(parse(["--anchor-base-url", "http://a/v1", "--anchor-model", "anc"]))
     assert cfg.anchor.name == "anchor" and cfg.anchor.model == "anc"
@@ -96,7 +96,7 @@ def test_anchor_flags_env_and_config_file(tmp_path, monkeypatch):
                                               ("language", '"fr"', "--language"),
                                               ("max_tokens", '"many"', "--max-tokens")])
 def test_a_bad_toml_value_fails_like_the_flag(tmp_path, capsys, key, value, flag):
-    from app.cli import parse
+    from app.ops.cli import parse
 
     conf = tmp_path / "bad.toml"
     conf.write_text(f"{key} = {value}\n")
@@ -110,7 +110,7 @@ def test_a_bad_toml_value_fails_like_the_flag(tmp_path, capsys, key, value, flag
 
 
 def test_toml_booleans_are_flags(tmp_path):
-    from app.cli import parse
+    from app.ops.cli import parse
 
     conf = tmp_path / "b.toml"
     conf.write_text("no_ab = true\nno_persona_padding = false\n")
@@ -119,7 +119,7 @@ def test_toml_booleans_are_flags(tmp_path):
 
 
 def test_gpu_plan():
-    from app.gpuplan import format_plan, plan_gpus
+    from app.ops.gpuplan import format_plan, plan_gpus
 
     one = plan_gpus("p", "a", [139.8])
     assert [p.gpu for p in one] == [0, 0] and sum(p.fraction for p in one) <= 0.92
@@ -135,7 +135,7 @@ def test_gpu_plan():
 
 
 def test_gpu_servers_take_the_card_and_voice_flags(tmp_path):
-    from app.gpuplan import gpu_servers, plan_gpus
+    from app.ops.gpuplan import gpu_servers, plan_gpus
 
     dry = tmp_path / "dry-lowlat"
     dry.mkdir()
@@ -165,8 +165,8 @@ def test_gpu_servers_take_the_card_and_voice_flags(tmp_path):
 
 
 def test_the_speculative_start_comes_sooner_where_asr_runs_on_a_gpu():
-    from app.cli import GPU_EAGER_MS
     from app.config import VadConfig
+    from app.ops.cli import GPU_EAGER_MS
 
     assert from_args(parser().parse_args([])).vad.eager_ms == VadConfig.eager_ms == 64
     gpu = from_args(parser().parse_args(["--asr-device", "cuda"]))
@@ -176,8 +176,8 @@ def test_the_speculative_start_comes_sooner_where_asr_runs_on_a_gpu():
 
 
 def test_the_model_request_waits_for_a_longer_silence_on_the_cpu_only():
-    from app.cli import GPU_MODEL_AFTER_MS
     from app.config import VadConfig
+    from app.ops.cli import GPU_MODEL_AFTER_MS
 
     assert from_args(parser().parse_args([])).vad.model_after_ms == VadConfig.model_after_ms \
         == 128

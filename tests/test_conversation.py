@@ -1,4 +1,4 @@
-"""The order of what happens when the user speaks over the agent (app/conversation.py):
+"""The order of what happens when the user speaks over the agent (app/core/conversation.py):
 which player commands go out, in which order, for each kind of speech. ASR is scripted here
 (what it heard is the input of these tests); the player commands go through the real
 Outbox; the browser scenarios with real ASR are tests/test_turn_taking.py."""
@@ -13,16 +13,16 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from app.anchor import AbJob
 from app.config import AppConfig, Endpoint, TurnConfig
-from app.conversation import Conversation
-from app.endofturn import TurnDetector
-from app.floor_types import Played, Started, Utterance
+from app.core.anchor import AbJob
+from app.core.conversation import Conversation
+from app.core.floor_types import Played, Started, Utterance
+from app.core.session import Session
+from app.core.turn import Turn
+from app.core.wire import Outbox
 from app.messages import EndOfTurn, PlayerReport, Transcript, VadEvent
 from app.metrics import TurnMetrics
-from app.session import Session
-from app.turn import Turn
-from app.wire import Outbox
+from app.stages.endofturn import TurnDetector
 
 REPLY = "The capital of France is Paris. It is a big city on the river Seine."
 
@@ -606,7 +606,7 @@ def test_the_continued_turns_anchor_request_is_given_up(loop):
 def test_the_page_is_told_of_changes_at_most_five_times_a_second():
     """Session.touch from any thread -> one `render` notice per RENDER_EVERY_S at most, and
     none lost: a change after a notice gets a notice of its own."""
-    from app.wire import RENDER_EVERY_S
+    from app.core.wire import RENDER_EVERY_S
 
     loop = asyncio.new_event_loop()
     session = Session("s")
@@ -637,8 +637,8 @@ def test_a_committed_turn_holds_the_pages_renders_until_its_first_audio():
     """While a committed turn's first audio is on its way the page is not told to fetch
     (its fetch and re-render would take the cores the reply needs): the notice goes with
     the audio, or after `at_most_s` if none comes."""
+    from app.core.wire import RENDER_EVERY_S
     from app.messages import SpeechChunk
-    from app.wire import RENDER_EVERY_S
 
     loop = asyncio.new_event_loop()
     session = Session("s")
@@ -666,7 +666,7 @@ def test_a_committed_turn_holds_the_pages_renders_until_its_first_audio():
 
 class HeldAgent(ScriptedAgent):
     """A scripted agent whose turns wait for the model request's release, as the real
-    chain does (app/pipeline.py), and record what the wait returned."""
+    chain does (app/core/pipeline.py), and record what the wait returned."""
 
     def __init__(self, vad) -> None:
         super().__init__(ScriptedAsr([]))

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from app.launch import free_port
+from app.ops.launch import free_port
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration

@@ -6,11 +6,11 @@ import re
 
 import yaml
 
-from app.cli import from_args, parse
 from app.config import PRIMARY_MODEL
-from app.gpuplan import MARLIN_DENSE
-from app.launch import CARD_FLAGS, VOICE_FLAGS
-from app.workers import split_slots
+from app.ops.cli import from_args, parse
+from app.ops.gpuplan import MARLIN_DENSE
+from app.ops.launch import CARD_FLAGS, VOICE_FLAGS
+from app.ops.workers import split_slots
 from tests.conftest import ROOT
 
 COMPOSE = yaml.safe_load((ROOT / "deploy" / "compose.yaml").read_text())

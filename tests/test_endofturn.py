@@ -1,5 +1,5 @@
-"""The end of a turn by what was said (app/endofturn.py) and where it is applied
-(app/conversation.py): a speculative turn commits once the silence is as long as the
+"""The end of a turn by what was said (app/stages/endofturn.py) and where it is applied
+(app/core/conversation.py): a speculative turn commits once the silence is as long as the
 verdict on its words asks, a pause in an unfinished sentence holds it, and the verdicts,
 the microphone's frames and the player's reports are handled on one thread, in order.
 
@@ -18,14 +18,14 @@ import pytest
 import soundfile as sf
 
 from app.config import AppConfig, Endpoint, TurnConfig
-from app.conversation import MIC_STOP, Conversation
-from app.endofturn import TurnDetector, heard_words, normalize, unfinished_ending
-from app.floor import VOICE_GONE_MS
+from app.core.conversation import MIC_STOP, Conversation
+from app.core.floor import VOICE_GONE_MS
+from app.core.session import Session
+from app.core.turn import Turn
+from app.core.wire import Outbox
 from app.messages import EndOfTurn, MicFrame, PlayerReport, SpeechChunk, Transcript
 from app.metrics import TurnMetrics
-from app.session import Session
-from app.turn import Turn
-from app.wire import Outbox
+from app.stages.endofturn import TurnDetector, heard_words, normalize, unfinished_ending
 from tests.conftest import ASSETS
 
 

@@ -1,4 +1,4 @@
-"""The turn-taking state machine (`app.floor.step`) driven by a simulated world: a user who
+"""The turn-taking state machine (`app.core.floor.step`) driven by a simulated world: a user who
 talks and pauses (an endpointer's events from their voice), a page that plays, pauses and
 stops replies and reports late, ASR verdicts and end-of-turn verdicts drawn at random.
 Hypothesis checks the invariants over random worlds; each invariant is shown to catch a
@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
-from app import eventlog
-from app import floor as fl
-from app.floor import step
-from app.floor_types import (
+from app.core import eventlog
+from app.core import floor as fl
+from app.core.floor import step
+from app.core.floor_types import (
     ChainOver,
     Check,
     CloseUtterance,
@@ -53,7 +53,7 @@ SAID = ("command", "echo", "backchannel", "noise", "words")
 
 @dataclass
 class World:
-    """The machine, and what it acts on, as the owner (`app/conversation.py`) would."""
+    """The machine, and what it acts on, as the owner (`app/core/conversation.py`) would."""
 
     rules: Rules
     said: list[str]

@@ -2,8 +2,8 @@
 
 import pytest
 
-import app.hub as hub_module
-from app.hub import BUSY, Busy, SessionHub
+import app.web.hub as hub_module
+from app.web.hub import BUSY, Busy, SessionHub
 
 
 def test_no_limit_by_default():

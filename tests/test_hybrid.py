@@ -7,10 +7,15 @@ import json
 import pytest
 
 from app.config import Endpoint, LlmConfig
-from app.launch import VLLM_PYTHON
-from app.llm import StreamStats, dry_run_info, post_json, stream_chat
-from app.padding import measured_block_size, pad_to_block, server_block_size, system_token_counter
-from app.prompt import load_persona
+from app.core.prompt import load_persona
+from app.ops.launch import VLLM_PYTHON
+from app.stages.llm import StreamStats, dry_run_info, post_json, stream_chat
+from app.stages.padding import (
+    measured_block_size,
+    pad_to_block,
+    server_block_size,
+    system_token_counter,
+)
 from build.latency import weights
 from tests.conftest import ARTIFACTS, ROOT, ask_once, run_build, served
 

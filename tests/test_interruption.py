@@ -1,6 +1,6 @@
-from app.interruption import verdict
 from app.language import words
-from app.replytext import language_notice
+from app.stages.interruption import verdict
+from app.stages.replytext import language_notice
 
 REPLY = "The capital of France is Paris. It is a big city on the river Seine."
 

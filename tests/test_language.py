@@ -15,7 +15,7 @@ def test_simplified_mandarin_and_english_are_left_as_they_are():
 
 
 def test_the_language_is_decided_among_the_agents_unless_another_is_certain():
-    from app.whisper_read import CERTAIN_LANGUAGE, decide_language
+    from app.stages.whisper_read import CERTAIN_LANGUAGE, decide_language
 
     ours = ("en", "zh")
     # an English clip whose top language is Thai, as surely as Mandarin clips get Mandarin

@@ -15,7 +15,12 @@ def app_imports() -> dict[str, set[str]]:
         deps = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("app"):
-                deps.add(node.module)
+                # `from app.core import floor`: the module floor, not the package
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    deps.add(sub if (ROOT / sub.replace(".", "/")).with_suffix(".py").exists()
+                             or (ROOT / sub.replace(".", "/") / "__init__.py").exists()
+                             else node.module)
             elif isinstance(node, ast.Import):
                 deps |= {a.name for a in node.names if a.name.startswith("app.")}
         graph[name] = deps - {name}
@@ -24,7 +29,8 @@ def app_imports() -> dict[str, set[str]]:
 
 def test_the_app_has_no_import_circle():
     graph = app_imports()
-    assert len(graph) > 20 and graph["app.conversation"] >= {"app.pipeline", "app.turn"}
+    conversation = graph["app.core.conversation"]
+    assert len(graph) > 20 and conversation >= {"app.core.pipeline", "app.core.turn"}
     circles = []
 
     def visit(node: str, path: list[str]) -> None:
@@ -42,25 +48,27 @@ def test_the_app_has_no_import_circle():
 
 
 LAYERS = {
-    "records": {"app", "app.config", "app.messages", "app.metrics", "app.language",
-                "app.clock", "app.tts.base"},
-    "stages": {"app.vad", "app.asr", "app.whisper_read", "app.asrhost", "app.audio",
-               "app.llm", "app.budget", "app.replytext",
-               "app.chunking", "app.endofturn", "app.smartturn", "app.interruption",
-               "app.padding", "app.servermetrics", "app.tts", "app.tts.edge",
-               "app.tts.espeak", "app.tts.kokoro", "app.tts.piper"},
-    "turn": {"app.session", "app.wire", "app.turn", "app.audiogate", "app.turnlog",
-             "app.floor", "app.floor_types", "app.eventlog"},
-    "chain": {"app.pipeline", "app.anchor", "app.prompt", "app.rival"},
-    "conversation": {"app.conversation", "app.seat"},
-    "web": {"app.ui", "app.hub", "app.transport", "app.views", "app.plots", "app.server",
-            "app.client", "app.prometheus", "app.realtime", "app.realtime_out",
-            "app.realtime_reply", "app.realtime_protocol", "app.realtime_audio"},
-    "operations": {"app.machine", "app.launch", "app.gpuplan", "app.cli", "app.workers",
-                   "app.prepare", "app.__main__"},
+    "records": {"app", "app.core", "app.stages", "app.web", "app.ops", "app.config",
+                "app.messages", "app.metrics", "app.language", "app.clock", "app.stages.tts.base"},
+    "stages": {"app.stages.vad", "app.stages.asr", "app.stages.whisper_read", "app.stages.asrhost",
+               "app.stages.audio", "app.stages.llm", "app.stages.budget", "app.stages.replytext",
+               "app.stages.chunking", "app.stages.endofturn", "app.stages.smartturn",
+               "app.stages.interruption", "app.stages.padding", "app.stages.servermetrics",
+               "app.stages.tts", "app.stages.tts.edge", "app.stages.tts.espeak",
+               "app.stages.tts.kokoro", "app.stages.tts.piper"},
+    "turn": {"app.core.session", "app.core.wire", "app.core.turn", "app.core.audiogate",
+             "app.core.turnlog", "app.core.floor", "app.core.floor_types", "app.core.eventlog"},
+    "chain": {"app.core.pipeline", "app.core.anchor", "app.core.prompt", "app.core.rival"},
+    "conversation": {"app.core.conversation", "app.core.seat"},
+    "web": {"app.web.ui", "app.web.hub", "app.web.transport", "app.web.views", "app.web.plots",
+            "app.web.server", "app.web.client", "app.web.prometheus", "app.web.realtime",
+            "app.web.realtime_out", "app.web.realtime_reply", "app.web.realtime_protocol",
+            "app.web.realtime_audio"},
+    "operations": {"app.ops.machine", "app.ops.launch", "app.ops.gpuplan", "app.ops.cli",
+                   "app.ops.workers", "app.ops.prepare", "app.__main__"},
 }
 """The app's layers, lowest first (docs/ARCHITECTURE.md): a module imports from its own
-layer or lower ones only. The state machine (`app.floor`) sits below the chain it drives."""
+layer or lower ones only. The state machine (`app.core.floor`) sits below the chain it drives."""
 
 
 def test_imports_point_down_the_layers():
@@ -71,4 +79,20 @@ def test_imports_point_down_the_layers():
               if d in rank and rank[d] > rank[m]]
     assert not upward, upward
     # pure: no session, no thread, no I/O
-    assert graph["app.floor"] <= {"app.messages", "app.floor_types"}
+    assert graph["app.core.floor"] <= {"app.messages", "app.core.floor_types"}
+
+
+def test_folders_point_down():
+    """The folders follow the layers: app/'s top-level records <- stages/ <- core/ <- web/
+    <- ops/ (and `python -m app`); a folder imports from itself or lower ones only."""
+    order = ["app", "stages", "core", "web", "ops"]
+
+    def folder(module: str) -> int:
+        if module == "app.__main__":
+            return len(order)
+        parts = module.split(".")
+        return order.index(parts[1]) if len(parts) > 2 and parts[1] in order else 0
+
+    upward = [f"{m} -> {d}" for m, deps in app_imports().items() for d in deps
+              if folder(d) > folder(m)]
+    assert not upward, upward

@@ -3,8 +3,8 @@ import threading
 import pytest
 
 from app.config import Endpoint, LlmConfig
-from app.launch import free_port
-from app.llm import LlmError, StreamStats, check_endpoint, client_for, stream_chat
+from app.ops.launch import free_port
+from app.stages.llm import LlmError, StreamStats, check_endpoint, client_for, stream_chat
 
 pytestmark = pytest.mark.integration
 

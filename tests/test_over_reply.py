@@ -13,7 +13,7 @@ import pytest
 import soundfile as sf
 
 from app.config import VadConfig
-from app.machine import machine
+from app.ops.machine import machine
 from bench.page import say, user_messages
 from tests.conftest import (
     ARTIFACTS,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from app.padding import PaddingError, pad_to_block
+from app.stages.padding import PaddingError, pad_to_block
 
 
 def words(text: str) -> int:

@@ -4,9 +4,9 @@
 import pytest
 
 from app.config import LlmConfig
-from app.llm import StreamStats, stream_chat
-from app.padding import pad_to_block, server_block_size, system_token_counter
-from app.prompt import load_persona
+from app.core.prompt import load_persona
+from app.stages.llm import StreamStats, stream_chat
+from app.stages.padding import pad_to_block, server_block_size, system_token_counter
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
@@ -35,15 +35,15 @@ def persona():
 
 
 def test_block_size_is_read_from_the_server(endpoint):
-    assert server_block_size(endpoint) == 32  # the block app.launch.cpu_server asks for
+    assert server_block_size(endpoint) == 32  # the block app.ops.launch.cpu_server asks for
 
 
 def test_a_server_without_prefix_caching_is_not_probed(anchor_server):
     """The anchor serves without prefix caching: its block is read from /metrics, and no
     request is sent to measure it (the probes could read no cached tokens there)."""
     from app.config import Endpoint
-    from app.llm import metrics_text
-    from app.padding import block_size, cache_config
+    from app.stages.llm import metrics_text
+    from app.stages.padding import block_size, cache_config
 
     anchor = Endpoint("anchor", anchor_server.base_url, anchor_server.served_name)
 

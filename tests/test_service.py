@@ -13,11 +13,11 @@ import pytest
 import soundfile as sf
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.client import AgentBusy, VoiceClient
 from app.config import TurnConfig
-from app.hub import BUSY, RETRY_AFTER_S
-from app.launch import AppServer
-from app.prometheus import STAGE_FIGURES
+from app.ops.launch import AppServer
+from app.web.client import AgentBusy, VoiceClient
+from app.web.hub import BUSY, RETRY_AFTER_S
+from app.web.prometheus import STAGE_FIGURES
 from tests.conftest import (
     ASSETS,
     AUTH,

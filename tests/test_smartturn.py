@@ -1,6 +1,7 @@
-"""Smart Turn v3.2 (app/smartturn.py) on the committed recordings, its input, its setup error.
+"""Smart Turn v3.2 (app/stages/smartturn.py) on the committed recordings, its input, its setup
+error.
 
-The model file comes from `python -m app.prepare smartturn`, part of `make models`.
+The model file comes from `python -m app.ops.prepare smartturn`, part of `make models`.
 """
 
 from pathlib import Path
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from app.smartturn import RATE, WINDOW, SmartTurn, features
+from app.stages.smartturn import RATE, WINDOW, SmartTurn, features
 from tests.conftest import ASSETS
 
 # Where a finished question is cut so that it is plainly unfinished, in seconds. On these
@@ -63,5 +64,5 @@ def test_features_cover_the_last_8_s(seconds: float) -> None:
 
 
 def test_missing_model_says_how_to_get_it(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="python -m app.prepare smartturn"):
+    with pytest.raises(SystemExit, match="python -m app.ops.prepare smartturn"):
         SmartTurn(tmp_path / "missing.onnx").setup()

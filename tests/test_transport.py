@@ -1,4 +1,4 @@
-"""The page's audio channel, driven by `app.client.VoiceClient` as the page drives it: 20 ms
+"""The page's audio channel, driven by `app.web.client.VoiceClient` as the page drives it: 20 ms
 microphone frames up, reply audio and the player's reports down, into the launched app
 (real VAD, ASR, vLLM, TTS)."""
 
@@ -12,8 +12,8 @@ import soundfile as sf
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from app.client import VoiceClient
 from app.config import VadConfig
+from app.web.client import VoiceClient
 from tests.conftest import APP_LOG, ASSETS, app_log, log_lines
 
 pytestmark = pytest.mark.integration

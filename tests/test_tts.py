@@ -3,13 +3,13 @@ import time
 import numpy as np
 import pytest
 
-from app.audio import rms_dbfs
 from app.config import TtsConfig
-from app.tts import FallbackTts, TtsError, language_of
-from app.tts.edge import EdgeTts
-from app.tts.espeak import EspeakTts
-from app.tts.kokoro import KokoroTts
-from app.tts.piper import PiperTts
+from app.stages.audio import rms_dbfs
+from app.stages.tts import FallbackTts, TtsError, language_of
+from app.stages.tts.edge import EdgeTts
+from app.stages.tts.espeak import EspeakTts
+from app.stages.tts.kokoro import KokoroTts
+from app.stages.tts.piper import PiperTts
 
 pytestmark = pytest.mark.integration
 
@@ -31,9 +31,9 @@ def test_espeak_speaks_mandarin():
 
 
 def test_kokoro_speaks_mandarin_that_whisper_understands():
-    from app.asr import Asr
-    from app.audio import resample
     from app.config import AsrConfig
+    from app.stages.asr import Asr
+    from app.stages.audio import resample
     from tests.conftest import word_recall
 
     tts = KokoroTts()

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from app.clock import BrowserClock
+from app.core.session import Session
+from app.core.turn import Turn
+from app.core.turnlog import heard_text
 from app.messages import PlayerReport, SpeechChunk
 from app.metrics import TurnMetrics, fill_timeline
-from app.session import Session
-from app.turn import Turn
-from app.turnlog import heard_text
 
 
 def chunk(index: int, text: str) -> SpeechChunk:
@@ -51,7 +51,7 @@ def test_the_page_gets_the_reply_text_with_its_voice_not_before():
     re-render of the chat, and a 2-core box's page shares the CPU with the model and TTS."""
     import asyncio
 
-    from app.wire import Outbox
+    from app.core.wire import Outbox
 
     loop = asyncio.new_event_loop()
     try:
@@ -173,7 +173,7 @@ def test_transport_is_known_when_the_page_answers_before_the_sender_runs_again()
     import asyncio
     import time
 
-    from app.wire import Outbox
+    from app.core.wire import Outbox
 
     class AnsweringAtOnce(Outbox):
         def send_bytes(self, data: bytes, on_sent=None) -> None:
@@ -214,7 +214,7 @@ def test_a_withdrawn_turn_leaves_history_chat_and_window_consistent():
 def test_a_held_model_request_goes_at_the_commit_or_is_given_up():
     turn = Turn(Session("s"), TurnMetrics(1, "primary"), last_voiced_ms=1000.0)
     assert turn.wait_model_go(timeout_s=0.01)  # not held: at once
-    turn.model_go.clear()  # held for a longer silence (app/conversation.py)
+    turn.model_go.clear()  # held for a longer silence (app/core/conversation.py)
     assert not turn.wait_model_go(timeout_s=0.05)  # nothing released it nor dropped it
     turn.commit("words: no open ending")  # a verdict before the silence: it goes now
     assert turn.wait_model_go(timeout_s=0.01) and "model_go" in turn.stamps

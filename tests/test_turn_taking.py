@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from app.audio import resample
-from app.endofturn import unfinished_ending
-from app.machine import machine
 from app.metrics import percentile
-from app.vad import FRAME_MS, PRE_ROLL_FRAMES
+from app.ops.machine import machine
+from app.stages.audio import resample
+from app.stages.endofturn import unfinished_ending
+from app.stages.vad import FRAME_MS, PRE_ROLL_FRAMES
 from bench.page import SCRIPTED_MIC, launch, load, say, start_recording, user_messages, visitor
 from bench.page import player_log as log
 from tests.conftest import (
@@ -84,7 +84,7 @@ def zh_url(endpoint):
 def clips(tmp_path_factory):
     """16 kHz int16 clips: questions (committed recordings), an interruption, an "mhm"
     (piper, a voice of the tests), a cough (a noise burst)."""
-    from app.tts.piper import PiperTts
+    from app.stages.tts.piper import PiperTts
 
     piper = PiperTts()
     piper.setup()

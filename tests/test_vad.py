@@ -4,7 +4,7 @@ import soundfile as sf
 
 from app.config import VadConfig
 from app.messages import MicFrame
-from app.vad import Endpointer, has_speech
+from app.stages.vad import Endpointer, has_speech
 from tests.conftest import ASSETS
 
 pytestmark = pytest.mark.integration

@@ -1,6 +1,6 @@
 from app.metrics import FIGURES, TurnMetrics
-from app.plots import line_chart, per_turn, waterfall
-from app.views import delta_pct, figures_html, medians_markdown, pictures, turns_table
+from app.web.plots import line_chart, per_turn, waterfall
+from app.web.views import delta_pct, figures_html, medians_markdown, pictures, turns_table
 
 
 def rows():

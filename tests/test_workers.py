@@ -18,10 +18,17 @@ import pytest
 import soundfile as sf
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.cli import from_args, parse
-from app.client import VoiceClient
-from app.launch import AppServer
-from app.workers import COOKIE, haproxy_binary, haproxy_config, split_cpus, split_slots, worker_argv
+from app.ops.cli import from_args, parse
+from app.ops.launch import AppServer
+from app.ops.workers import (
+    COOKIE,
+    haproxy_binary,
+    haproxy_config,
+    split_cpus,
+    split_slots,
+    worker_argv,
+)
+from app.web.client import VoiceClient
 from tests.conftest import ASSETS, AUTH, ROOT, app_args, eventually, get, self_signed
 
 

@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from app.asr import Asr
 from app.config import CPU_SHORT_WINDOW_S, MODELS, ROOT, AsrConfig, VadConfig
-from app.machine import describe, machine
 from app.messages import MicFrame
-from app.prepare import tiny_en_dir
-from app.vad import Endpointer
+from app.ops.machine import describe, machine
+from app.ops.prepare import tiny_en_dir
+from app.stages.asr import Asr
+from app.stages.vad import Endpointer
 from bench.voice_to_voice import QUESTIONS, VOICES, speak, wer
 
 OUT = ROOT / "docs" / "bench" / "asr_caps"

@@ -15,7 +15,7 @@ import numpy as np
 import soundfile as sf
 from playwright.sync_api import sync_playwright
 
-from app.audio import resample
+from app.stages.audio import resample
 from bench.page import launch
 
 GAP_S = 1.5  # of silence after each clip in the microphone's file

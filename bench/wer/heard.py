@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from app.asr import Asr
+from app.stages.asr import Asr
 from bench.voice_to_voice import wer
 from bench.wer import DEMO, questions, record
 

@@ -3,10 +3,10 @@
 How the demo's language decision stands on the clips the demo hears: the voice-to-voice
 benchmark's questions, the labelled set's English and Mandarin sentences, the Mandarin set
 (`assets/zh_set/`) and the committed recordings, each at three start shifts (0, 10, 20 ms).
-Per clip: tiny.en's mean log-probability (below `app.asr.UNSURE` the app asks the detector),
+Per clip: tiny.en's mean log-probability (below `app.stages.asr.UNSURE` the app asks the detector),
 the detector's top language and its probability, and the log-odds of Mandarin against
-English (`ln p(zh) / p(en)`), which `app.whisper_read.decide_language` decides by where
-the detector is short of `app.whisper_read.CERTAIN_LANGUAGE`; then what `Asr.language`
+English (`ln p(zh) / p(en)`), which `app.stages.whisper_read.decide_language` decides by where
+the detector is short of `app.stages.whisper_read.CERTAIN_LANGUAGE`; then what `Asr.language`
 decides. The margin is the gap between the English clips' highest log-odds and the
 Mandarin clips' lowest. With AMD's paths (`CT2_USE_MKL=0` and the AVX2 caps in the
 environment) it writes languages_amd.*: the numerics differ."""
@@ -18,8 +18,8 @@ import os
 import numpy as np
 import soundfile as sf
 
-from app.asr import UNSURE, Asr
 from app.config import ROOT
+from app.stages.asr import UNSURE, Asr
 from bench.wer import DEMO, TINY_EN, questions, record, whisper
 
 SHIFTS = (0, 160, 320)  # samples at 16 kHz

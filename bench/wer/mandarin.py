@@ -17,10 +17,10 @@ from dataclasses import replace
 
 import soundfile as sf
 
-from app.asr import Asr
 from app.config import MODELS, ROOT, AsrConfig
 from app.language import simplified
 from app.metrics import percentile
+from app.stages.asr import Asr
 from assets.make_turn_set import error_rate
 from bench.wer import DEMO, record
 

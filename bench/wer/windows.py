@@ -18,8 +18,8 @@ import sys
 import numpy as np
 import soundfile as sf
 
-from app.asr import Asr
 from app.config import ROOT
+from app.stages.asr import Asr
 from bench.wer import DEMO, pauses, questions, record, score
 from bench.wer.capture import capture, layout
 
@@ -49,8 +49,8 @@ for (name, text, _), (a, z) in zip(said, spans, strict=True):
     if cut:
         clips.append((name, text, cut[-1]))
 reread = Reread()
-logging.getLogger("app.asr").addHandler(reread)
-logging.getLogger("app.asr").setLevel(logging.INFO)
+logging.getLogger("app.stages.asr").addHandler(reread)
+logging.getLogger("app.stages.asr").setLevel(logging.INFO)
 results: dict[str, float] = {"clips cut by the endpointer": len(clips)}
 errors: list[str] = []
 for short in (0.0, *(float(a) for a in sys.argv[1:] or (8, 7, 6))):

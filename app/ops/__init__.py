@@ -1,0 +1,2 @@
+"""Operations: the CLI, launching vLLM servers, workers, the machine, preparing
+models."""

