@@ -108,7 +108,7 @@ DETECTORS = ("off", "words", "model", "audio", "words+model", "words+audio", "mo
 ASR_COMPUTE = {"cpu": "int8", "cuda": "float16"}
 """The ASR's CTranslate2 compute type on each device (`AsrConfig.compute_type`)."""
 
-DEMO_REPLY_S = 4.0
+DEMO_REPLY_S = 3.5
 """`--reply-seconds` of the demo: its small model ignores the persona's "short replies"."""
 
 DEMO_ASR_THREADS = 1

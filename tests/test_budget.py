@@ -86,7 +86,10 @@ def test_a_reply_that_takes_too_long_to_say_ends_at_a_break():
         "Dolphins are known around the world as very intelligent and playful animals,", True)
     words = " ".join(["word"] * 30)
     cut, over = kept(words, 0, seconds=4.0)
-    assert over and cut == " ".join(["word"] * 15)  # (4 + 1.5) s at 2.7 words a second
+    assert over and cut == " ".join(["word"] * 14)  # (4 + 1.5) s at 2.5 words a second
+    # a number is said as about a word a digit: "143.8" takes four words' time
+    assert kept("It is 143.8 or 250 " + words, 0, seconds=4.0)[0] == "It is 143.8 or 250 " + \
+        " ".join(["word"] * 4)
     assert kept("今天天气很好，我们去公园散步吧。然后我们一起吃午饭。", 2, seconds=4.0) == (
         "今天天气很好，我们去公园散步吧。", True)
     for short in ("The capital of Italy is Rome.", "好的，明天见！"):
