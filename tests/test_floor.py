@@ -419,6 +419,19 @@ def test_a_hum_over_a_reply_resumes_it_once_the_report_comes():
     assert not w.page_paused and w.turns_made == 0 and w.outcomes == 1
 
 
+def test_words_over_a_reply_that_plays_out_as_it_is_paused_are_a_turn():
+    """A short reply ends just as the words over it pause it ("What does the" ... the
+    rest after a gap): nothing is left to resume, so the words are the user's turn, not
+    let go as a remark the reply went on over."""
+    w = over_a_reply(Rules(detector_on=False), ["words", "words"])
+    w.talk(480)
+    w.done()  # its last sample played before the pause came
+    w.talk(120)  # speech_long: the words check pauses a reply that is over
+    w.report()
+    w.gap(SILENCE_MS + fl.REPORT_WAIT_MS + 100)
+    assert w.turns_made == 1 and w.violations == [], w.sequence
+
+
 def test_without_player_reports_the_pause_time_stands_in():
     """A client that sends no player reports (a Realtime client): the decision comes at
     the deadline, on the pause's own time."""

@@ -1,11 +1,9 @@
-"""Turn-taking as one state machine: `step(rules, floor, event) -> (floor, commands)`.
+"""Turn-taking as one state machine: `step(rules, floor, event) -> (floor, commands)`, pure.
 
-`Floor` (app/core/floor_types.py) is everything that decides whether the user's speech becomes a
-turn, when a turn commits and whether the reply plays, pauses, resumes or stops. `step` is
-pure. The session's owner (app/core/conversation.py) applies the events one at a time, in order,
-carries out the commands, and applies the events those produce (a check's words, a started
-turn's id) next. The rules, with their table (`TABLE`, checked against the one in
-docs/ARCHITECTURE.md), are told there.
+`Floor` (floor_types.py) is all that decides whether the user's speech becomes a turn, when a
+turn commits and whether the reply plays, pauses, resumes or stops. The owner
+(conversation.py) applies the events one at a time, carries out the commands, and applies
+the events those produce next. `TABLE` is checked against docs/ARCHITECTURE.md's.
 """
 
 from __future__ import annotations
@@ -64,15 +62,14 @@ def step(rules: Rules, f: Floor, event: Event) -> Out:
     if isinstance(event, Heard):
         return _heard(rules, f, event.check, event.said)
     if isinstance(event, Judged):
-        v = event.verdict
-        if f.current != v.turn_id or f.committed:
+        if f.current != (v := event.verdict).turn_id or f.committed:
             return f, []  # the user went on (or it committed at the cap) before it came
         f = replace(f, hold_ms=float(v.hold_ms), reason=f"{v.signal}: {v.detail}")
         g, cmds = _commit_if_decided(f)
         return g, [AcceptVerdict(v), *cmds]
     if isinstance(event, Played):
         return _played(rules, f, event)
-    if isinstance(event, Started):
+    if isinstance(event, Started):  # the turn a StartTurn made
         return replace(f, current=event.turn_id, committed=event.committed, hold_ms=None,
                        reason="", model_go=event.model_go), []
     if isinstance(event, ChainOver):
@@ -227,11 +224,11 @@ def _over_agent(r: Rules, f: Floor, ev: Voice) -> Out:
 
 def _decide_end(r: Rules, f: Floor, estimate: bool) -> Out:
     """A pending utterance has ended: it becomes the next turn if its voice went on over
-    the silent reply and its words, checked again, are the user's; else the reply
-    resumes. `estimate`: no report of the silence came, the pause's own time stands in."""
-    e = f.undecided
+    the silent reply and its words, checked again, are the user's, or if the reply had
+    played out; else the reply resumes. `estimate`: no report of the silence came, the
+    pause's own time stands in."""
+    e, f = f.undecided, replace(f, undecided=None)
     assert e is not None
-    f = replace(f, undecided=None)
     if estimate and f.paused_silent_ms is None:
         f = replace(f, paused_silent_ms=f.paused_ms)
     f, cmds = _went_on(r, f, e, at="end")
@@ -241,6 +238,9 @@ def _decide_end(r: Rules, f: Floor, estimate: bool) -> Out:
 
 
 def _end_pending(f: Floor, e: VadEvent, cmds: list[Command]) -> Out:
+    if f.utterance is Utterance.PENDING and f.heard == "words" and f.ended_turn \
+            and f.ended_turn == f.paused_turn:  # it played out as it was paused: none to resume
+        f = replace(f, utterance=Utterance.TURN, paused_turn=0)
     if f.utterance is Utterance.TURN:
         cmds = [*cmds, StartTurn(e.audio, e.last_voiced_ms, "speech over the paused reply",
                                  f.continues)]
