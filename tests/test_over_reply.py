@@ -41,7 +41,8 @@ reply is silent)."""
 
 @pytest.fixture(scope="module")
 def long_url(endpoint):
-    with running_app([*app_args(endpoint, max_tokens=120), "--reply-sentences", "0"], LOG) as url:
+    with running_app([*app_args(endpoint, max_tokens=120), "--reply-sentences", "0",
+                      "--reply-seconds", "0"], LOG) as url:
         yield url
 
 

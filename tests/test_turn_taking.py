@@ -56,7 +56,8 @@ def tt_url(endpoint):
     interrupt it 1 s in)."""
     # no reply budget: two short sentences can be over before the interruption said a
     # second into the reply is checked
-    with running_app([*app_args(endpoint, max_tokens=20), "--reply-sentences", "0"], LOG) as url:
+    with running_app([*app_args(endpoint, max_tokens=20), "--reply-sentences", "0",
+                      "--reply-seconds", "0"], LOG) as url:
         yield url
 
 
