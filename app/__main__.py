@@ -26,7 +26,6 @@ from app.ops.launch import (
 from app.ops.machine import one_blas_thread
 from app.ops.prepare import tiny_en_dir
 from app.stages.llm import LlmError, check_endpoint, compare_tokenizers, dry_run_info
-from app.stages.replytext import STAND_IN, StandIn
 
 ANCHOR_SERVED_NAME = DEMO_SERVED_NAME + "-anchor"
 
@@ -181,8 +180,6 @@ def main(argv: list[str] | None = None) -> None:
         from app.web.server import create_app, serve
 
         cfg = from_args(args)
-        if cfg.tts.stand_in and cfg.language in STAND_IN:  # `--language zh`: Mandarin replies
-            StandIn.language = cfg.language
         # the whole machine's, before this process is pinned
         choices = cpu_choices(args.vllm_compiled, cfg.asr.cpu_threads)
         if cfg.cpus:

@@ -169,7 +169,7 @@ def test_a_stand_in_reply_goes_on_with_the_next_when_the_model_says_more():
     assert s.push("") == ""  # a delta with no text (a skipped tag) says nothing
 
 
-def test_a_mandarin_stand_in_reads_a_token_of_a_mandarin_reply_per_delta(monkeypatch):
+def test_a_mandarin_stand_in_reads_a_token_of_a_mandarin_reply_per_delta():
     """`--tts-stand-in` with `--language zh`: each delta of the model's stream becomes the
     next token of a Mandarin reply, read without the spaces that part the tokens in the
     file, so the chunker cuts a Mandarin first piece at its clause and the Mandarin voice
@@ -183,10 +183,9 @@ def test_a_mandarin_stand_in_reads_a_token_of_a_mandarin_reply_per_delta(monkeyp
     assert said == replies[0].replace(" ", "") and not any(c.isascii() for c in said)
     assert s.push("x") == replies[1].split(" ")[0]  # then the next reply, as in English
 
-    monkeypatch.setattr(StandIn, "language", "zh")  # what `--language zh` sets at start
     script = ["小安：", *[f" w{i}" for i in range(8)]]  # 8 tokens, as the GPU runs cap it
     a = agent(ScriptedLlm(script))
-    a.cfg.tts.stand_in = True
+    a.cfg.tts.stand_in, a.cfg.language = True, "zh"  # the turn's language: Mandarin
     session, m, chunks = typed_turn(a, "明天上海天气怎么样？")
     assert session.history[1]["content"] == "".join(script)
     spoken = "".join(a.tts.spoken)

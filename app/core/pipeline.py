@@ -231,7 +231,7 @@ class Agent:
         speaker.start()
         if turn.published:
             session.touch("Thinking...")
-        error = self._stream(turn, endpoint, messages, pieces)
+        error = self._stream(turn, endpoint, messages, pieces, language)
         speaker.join(timeout=60)
         # 5. a speculative turn the user talked over is dropped here, unseen and unheard
         if not turn.wait_decided():
@@ -248,14 +248,14 @@ class Agent:
         session.touch("Interrupted." if m.cancelled else "Ready.")
         return m
 
-    def _stream(self, turn: Turn, endpoint: Endpoint, messages: list[dict],
-                pieces: queue.Queue) -> str:
+    def _stream(self, turn: Turn, endpoint: Endpoint, messages: list[dict], pieces: queue.Queue,
+                language: str) -> str:
         """Stream the reply into the turn and, cut into pieces, into the TTS queue."""
         stats, error = StreamStats(), ""
         chunker = SentenceChunker(first_max_words=self.cfg.tts.first_piece_words)
         tag = TagStripper(self.cfg.persona_tag)
         # what the voice reads: the model's words, or a dry run's stand-in in their timing
-        spoken = StandIn(turn.turn_id).push if self.cfg.tts.stand_in else (lambda t: t)
+        spoken = StandIn(turn.turn_id, language).push if self.cfg.tts.stand_in else (lambda t: t)
         index = 0
 
         def put(texts: list[str]) -> None:

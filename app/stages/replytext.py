@@ -52,13 +52,10 @@ class StandIn:
     as short as a real one ("Sure, here is", "明天上海多云，"), and TTS times what it would
     take on real words."""
 
-    language = "en"
-    """The replies' language: the conversation's where `--language` sets it (app/__main__.py
-    at start), else English."""
-
-    def __init__(self, turn_id: int, language: str | None = None) -> None:
+    def __init__(self, turn_id: int, language: str = "en") -> None:
+        """`language`: the turn's (heard, or `--language`); English where none is kept."""
         self.turn_id, self.words = turn_id, []
-        self.language = language or self.language
+        self.language = language if language in STAND_IN else "en"
         self.gap = "" if self.language == "zh" else " "
 
     def push(self, text: str) -> str:
