@@ -1,4 +1,5 @@
-"""The spoken-reply budget: a voice reply ends after a few sentences.
+"""The spoken-reply budget: a voice reply ends after a few sentences, or (`seconds`) once it
+takes too long to say.
 
 A listener cannot skim. The product's replies are a sentence or two, and a reply that runs
 on keeps the agent talking while the user wants the floor back, so most questions are then
@@ -65,26 +66,14 @@ class ReplyBudget:
         return text[:kept]
 
     def _scan(self) -> int | None:
-        """The end of the last allowed sentence in the text so far, once it is certain:
-        a run of Mandarin end marks and closing quotes with more text after it, or an
-        English end as the chunker cuts it (`english_end`)."""
+        """The end of the last allowed sentence in the text so far, once it is certain
+        (`sentence_end`)."""
         buf, i = self._text, self._checked
         while i < len(buf):
-            if buf[i] in ZH_END:
-                end = i
-                while end < len(buf) and buf[end] in ZH_END + EN_END:
-                    end += 1
-                end = skip_closers(buf, end)
-                if end >= len(buf):
-                    break  # the run may go on
-            elif buf[i] in EN_END:
-                end = english_end(buf, i)
-                if end is None:
-                    if skip_closers(buf, i + 1) >= len(buf):
-                        break  # what follows the mark decides, and it has not come yet
-                    i += 1
-                    continue
-            else:
+            end = sentence_end(buf, i)
+            if end is None:
+                if buf[i] in ZH_END + EN_END and _run_end(buf, i) >= len(buf):
+                    break  # what follows the mark decides, and it has not come yet
                 i += 1
                 continue
             if buf[:end].strip():
@@ -94,7 +83,6 @@ class ReplyBudget:
             i = end
         self._checked = i
         return None
-
 
     def _past_time(self) -> int | None:
         """Where a reply that takes too long to say ends, once that is certain: at a sentence
@@ -107,15 +95,31 @@ class ReplyBudget:
         past = time_point(buf, self.seconds)
         for i in range(half, len(buf)):
             ch = buf[i]
-            if ch in ZH_END:
-                return skip_closers(buf, i + 1)
-            if ch in EN_END and (end := english_end(buf, i)) is not None:
+            if (end := sentence_end(buf, i)) is not None:
                 return end
             if past is not None and i >= past and (
                     ch in _CLAUSE_ZH or ch in _CLAUSE_EN and buf[i + 1:i + 2].isspace()):
                 return i + 1
         late = time_point(buf, self.seconds + GRACE_S)
         return late if late is not None and late < len(buf) else None
+
+
+def _run_end(text: str, i: int) -> int:
+    """The position after the run of end marks at `i` and the closing quotes after it."""
+    end = i
+    while end < len(text) and text[end] in ZH_END + EN_END:
+        end += 1
+    return skip_closers(text, end)
+
+
+def sentence_end(text: str, i: int) -> int | None:
+    """Where the sentence whose end mark is `text[i]` ends, once that is certain: after the
+    run of Mandarin marks and closing quotes with more text after it, or an English end as
+    the chunker cuts it (`english_end`); None where `text[i]` ends none, or none yet."""
+    if text[i] in ZH_END:
+        end = _run_end(text, i)
+        return end if end < len(text) else None
+    return english_end(text, i) if text[i] in EN_END else None
 
 
 def time_point(text: str, seconds: float) -> int | None:
