@@ -125,15 +125,19 @@ def run_workers(args: argparse.Namespace, argv: list[str], servers: list[VllmSer
     here, until Ctrl-C."""
     from app.ops.workers import Workers
     from app.stages.asrhost import AsrHost
+    from app.stages.tts.host import TtsHost
 
     cfg = from_args(args)  # the flags' errors once, here, not N times in the workers' logs
     endpoints = {"--base-url": cfg.primary.base_url, "--model": cfg.primary.model}
     if cfg.anchor is not None:
         endpoints |= {"--anchor-base-url": cfg.anchor.base_url,
                       "--anchor-model": cfg.anchor.model}
-    folder = tempfile.TemporaryDirectory(prefix="voice-agent-asr-")
+    folder = tempfile.TemporaryDirectory(prefix="voice-agent-hosts-")
     asr = AsrHost(cfg.asr, Path(folder.name))
     endpoints["--asr-host"] = asr.address
+    tts = TtsHost(cfg.tts, Path(folder.name)) if cfg.tts.shared else None
+    if tts is not None:
+        endpoints["--tts-host"] = tts.address
     workers = Workers(argv, args.workers, cfg.host, cfg.port, cfg.max_sessions, cfg.cpus,
                       endpoints, auth=cfg.auth, ssl_certfile=cfg.ssl_certfile,
                       ssl_keyfile=cfg.ssl_keyfile)
@@ -142,6 +146,9 @@ def run_workers(args: argparse.Namespace, argv: list[str], servers: list[VllmSer
         asr.start()
         print(f"ASR ready (warm-up decode {asr.asr.warmup_ms:,.0f} ms, paid at start)",
               flush=True)
+        if tts is not None:
+            tts.start()
+            print(f"Voice shared by the workers: {tts.readers} clauses at once", flush=True)
         with ThreadPoolExecutor() as pool:
             list(pool.map(lambda s: s.wait_healthy(), servers))
         workers.start()
@@ -152,6 +159,8 @@ def run_workers(args: argparse.Namespace, argv: list[str], servers: list[VllmSer
     finally:
         workers.stop()
         asr.stop()
+        if tts is not None:
+            tts.stop()
         folder.cleanup()
 
 

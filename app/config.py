@@ -216,6 +216,10 @@ class TtsConfig:
     each streamed token becomes the next word of a fixed reply, so the pieces are cut, and
     spoken, as a real reply's would be, in the model's timing (`StandIn` in
     app/stages/replytext.py). The chat keeps the model's text; the page says so."""
+    shared: bool = False
+    """`--workers N`: the parent reads every worker's clauses (app/stages/tts/host.py)."""
+    host: str = ""
+    """A worker's: the socket of its parent's voice; empty: its own."""
 
 
 @dataclass

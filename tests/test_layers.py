@@ -51,6 +51,7 @@ LAYERS = {
     "records": {"app", "app.core", "app.stages", "app.web", "app.ops", "app.config",
                 "app.messages", "app.metrics", "app.language", "app.clock", "app.stages.tts.base"},
     "stages": {"app.stages.vad", "app.stages.asr", "app.stages.whisper_read", "app.stages.asrhost",
+               "app.stages.host", "app.stages.tts.host",
                "app.stages.audio", "app.stages.llm", "app.stages.budget", "app.stages.replytext",
                "app.stages.chunking", "app.stages.endofturn", "app.stages.smartturn",
                "app.stages.interruption", "app.stages.padding", "app.stages.servermetrics",

@@ -1,7 +1,8 @@
 """`python -m app --workers N`: the app N times behind HAProxy on one port. The flags each
 worker gets, the balancer's configuration (checked by HAProxy itself), and, with two real
 workers on the tests' servers over HTTPS with a login: sessions spread and kept on their
-worker (scripts and a page), a spoken turn through the balancer, each worker's /metrics,
+worker (scripts and a page), a spoken turn through the balancer (heard by the parent's ASR
+and read by its shared voice), each worker's /metrics,
 a killed worker started again, and nothing left running after SIGTERM."""
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ def workers(endpoint, tmp_path_factory):
     cert, key = self_signed(tmp_path_factory.mktemp("tls"))
     app = AppServer([*app_args(endpoint, max_tokens=20),
                      "--workers", "2", "--max-sessions", "4", "--auth", ":".join(AUTH),
+                     "--tts-shared",
                      "--ssl-certfile", str(cert), "--ssl-keyfile", str(key)],
                     log_path=ROOT / "logs" / "app-tests-workers.log",
                     verify=ssl.create_default_context(cafile=str(cert)))
@@ -142,8 +144,11 @@ def test_sessions_spread_over_the_workers_and_stay_on_theirs(workers):
             rows = client.export()  # the records are on the session's own worker
             assert [r["endpoint"] for r in rows] == ["primary"] and not rows[0]["error"]
     eventually(lambda: live(workers, 1) == live(workers, 2) == 0)
-    # both turns were heard by the parent's one ASR: no worker loaded a model of its own
-    assert "Loading the ASR all workers share" in workers.log_path.read_text()
+    # both turns were heard by the parent's one ASR and read by its one voice: no worker
+    # loaded a model of its own
+    parent = workers.log_path.read_text()
+    assert "Loading the ASR all workers share" in parent
+    assert "Voice shared by the workers" in parent
     for i in (1, 2):
         ready = [line for line in (ROOT / "logs" / f"app-worker-{i}.log").read_text(
             errors="replace").splitlines() if line.startswith("ASR ready")]

@@ -3,7 +3,7 @@
 The chain, as a turn runs it (each stage its own module, passing `app.messages` types):
 
     audio --Asr--> Transcript --stream_chat--> ReplyDelta --SentenceChunker--> ReplyPiece
-          --FallbackTts--> SpeechChunk --Turn.emit_audio--> the page's player
+          --Voice--> SpeechChunk --Turn.emit_audio--> the page's player
 
 The model's reply is read on the turn's thread and cut into pieces; a TTS thread speaks
 the pieces while the model still generates, so synthesis delays neither the reading of the
@@ -45,7 +45,7 @@ from app.stages.padding import (
 )
 from app.stages.replytext import StandIn, TagStripper, language_name, language_notice
 from app.stages.servermetrics import ServerViews
-from app.stages.tts import FallbackTts, TtsError, language_of
+from app.stages.tts import TtsError, Voice, language_of
 
 log = logging.getLogger(__name__)
 Heard = Callable[[Turn, Transcript, np.ndarray], None]
@@ -55,12 +55,13 @@ class Agent:
     """The stages shared by every session: set up once, used by many turns."""
 
     def __init__(self, cfg: AppConfig, asr: Transcriber | None = None,
-                 tts: FallbackTts | None = None, llm: ChatStream | None = None):
+                 tts: Voice | None = None, llm: ChatStream | None = None):
         from app.stages.tts import build_tts
+        from app.stages.tts.host import RemoteTts
 
         self.cfg = cfg
         self.asr = asr or (RemoteAsr(cfg.asr.host) if cfg.asr.host else Asr(cfg.asr))
-        self.tts = tts or build_tts(cfg.tts)
+        self.tts = tts or (RemoteTts(cfg.tts.host) if cfg.tts.host else build_tts(cfg.tts))
         self.llm = llm or OpenAIChat()
         self.persona = load_persona(cfg.persona)
         self.persona_note = "not padded"

@@ -208,6 +208,10 @@ def parser() -> argparse.ArgumentParser:
                    "--max-sessions and --cpus are shared out among them")
     g.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     g.add_argument("--asr-host", default="", help=argparse.SUPPRESS)  # set for a worker
+    g.add_argument("--tts-shared", action="store_true",
+                   help="with --workers: one voice in the parent for all workers, every "
+                   "worker's clauses in one queue (as the ASR always is)")
+    g.add_argument("--tts-host", default="", help=argparse.SUPPRESS)  # set for a worker
     g.add_argument("--ssl-certfile", default="",
                    help="PEM certificate: serve HTTPS (a browser on another machine needs it "
                    "for the microphone)")
@@ -257,6 +261,9 @@ def from_args(args: argparse.Namespace) -> AppConfig:
     if args.host not in ("127.0.0.1", "localhost", "::1") and auth is None:
         raise SystemExit(f"Refusing to listen on {args.host} without --auth user:password "
                          "(or VOICE_AGENT_AUTH): anyone who reaches the port could use it.")
+    if args.tts_shared and args.workers == 1 and not args.worker:
+        raise SystemExit("--tts-shared shares the parent's voice among --workers N; one "
+                         "process already has a voice of its own.")
     llm = LlmConfig(max_tokens=args.max_tokens, reply_sentences=args.reply_sentences,
                     reply_seconds=args.reply_seconds or 0.0, prefill=not args.no_prefill)
     if args.repetition_penalty is not None:
@@ -294,7 +301,8 @@ def from_args(args: argparse.Namespace) -> AppConfig:
         llm=llm,
         tts=TtsConfig(engine=args.tts, edge_voice_en=args.voice_en, edge_voice_zh=args.voice_zh,
                       piper_voice=args.piper_voice, edge_proxy=args.edge_proxy,
-                      first_piece_words=args.first_piece_words, stand_in=args.tts_stand_in),
+                      first_piece_words=args.first_piece_words, stand_in=args.tts_stand_in,
+                      shared=args.tts_shared, host=args.tts_host),
         host=args.host, port=args.port, auth=auth, realtime_key=args.realtime_key,
         cpus=parse_cpus(args.cpus),
         max_sessions=args.max_sessions, ssl_certfile=args.ssl_certfile,

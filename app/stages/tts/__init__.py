@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Protocol
 
 import numpy as np
 
@@ -17,7 +18,17 @@ from app.language import is_cjk
 from app.stages.tts.base import TtsEngine, TtsError
 
 log = logging.getLogger(__name__)
-__all__ = ["FallbackTts", "TtsEngine", "TtsError", "build_tts", "language_of"]
+__all__ = ["FallbackTts", "TtsEngine", "TtsError", "Voice", "build_tts", "language_of"]
+
+
+class Voice(Protocol):
+    """What a turn speaks with: this process's engines (`FallbackTts`), or the parent's,
+    shared by all workers (`app.stages.tts.host.RemoteTts`)."""
+
+    def setup(self) -> None: ...
+
+    def synthesize(self, text: str, language: str) -> tuple[np.ndarray, int, str, str]:
+        """(pcm, rate, engine name, note); raises `TtsError` when no engine could."""
 
 
 def language_of(text: str, default: str = "en") -> str:
@@ -75,18 +86,21 @@ class FallbackTts:
         raise TtsError(f"no TTS engine could speak {language!r}: " + "; ".join(notes))
 
 
-def build_tts(cfg: TtsConfig) -> FallbackTts:
+def build_tts(cfg: TtsConfig, threads: int = 0) -> FallbackTts:
+    """The engines `cfg.engine` names; `threads`: piper's for one clause (0: all the
+    process's cores)."""
     from app.stages.tts.edge import EdgeTts
     from app.stages.tts.espeak import EspeakTts
     from app.stages.tts.kokoro import KokoroTts
     from app.stages.tts.piper import PiperTts
 
-    offline: list[TtsEngine] = [PiperTts(cfg.piper_voice), KokoroTts(), EspeakTts()]
+    offline: list[TtsEngine] = [PiperTts(cfg.piper_voice, threads), KokoroTts(), EspeakTts()]
     chains: dict[str, list[TtsEngine]] = {
         "auto": [EdgeTts(cfg), *offline],
         "edge": [EdgeTts(cfg), *offline],
         "offline": offline,
-        "piper": [PiperTts(cfg.piper_voice)],  # English only: a host without kokoro, espeak-ng
+        # English only: a host without kokoro, espeak-ng
+        "piper": [PiperTts(cfg.piper_voice, threads)],
         "espeak": [EspeakTts()],
     }
     return FallbackTts(chains[cfg.engine], retry_after_s=cfg.edge_retry_after_s)

@@ -13,8 +13,10 @@ class PiperTts:
     name = "piper"
     languages = ("en",)
 
-    def __init__(self, voice_path: str = "") -> None:
+    def __init__(self, voice_path: str = "", threads: int = 0) -> None:
         self.voice_path = voice_path
+        self.threads = threads
+        """onnxruntime's threads for one reading; 0: one per core this process may use."""
         self.voice = None
 
     def setup(self) -> None:
@@ -30,9 +32,9 @@ class PiperTts:
         config = PiperConfig.from_dict(json.loads(Path(f"{path}.json").read_text()))
         # PiperVoice.load sizes onnxruntime's pool by the machine's cores and lets its
         # threads spin: on a box whose other core vLLM spins on, that starves both. One
-        # thread per core this process may use, and no spinning.
+        # thread per core this process may use (or the host's share, `threads`), no spinning.
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = len(os.sched_getaffinity(0))
+        options.intra_op_num_threads = self.threads or len(os.sched_getaffinity(0))
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         session = onnxruntime.InferenceSession(str(path), sess_options=options,
                                                providers=["CPUExecutionProvider"])
