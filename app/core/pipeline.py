@@ -67,7 +67,7 @@ class Agent:
         self.persona_note = "not padded"
         self.server_views = ServerViews()
         self._prefix_caching: dict[str, bool] = {}
-        self.detector = turn_detector(cfg)
+        self.detector = turn_detector(cfg.turn, cfg.vad, cfg.primary)
         self.ab = Rival(cfg, self.llm, self.server_views)
 
     def setup(self) -> None:

@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from app.config import AppConfig, Endpoint, TurnConfig
+from app.config import Endpoint, TurnConfig, VadConfig
 from app.language import CLOSERS, is_cjk
 from app.messages import EndOfTurn, Signal
 from app.stages.llm import THINKING_OFF, ServerError, post_json
@@ -304,12 +304,13 @@ class TurnDetector:
                          round((time.perf_counter() - t0) * 1000, 1))
 
 
-def turn_detector(cfg: AppConfig) -> TurnDetector:
-    """The end-of-turn decision `cfg.turn` asks for (it needs speculation: `eager_ms`)."""
-    turn = cfg.turn if cfg.vad.eager_ms else dataclasses.replace(cfg.turn, detector="off")
+def turn_detector(turn: TurnConfig, vad: VadConfig, endpoint: Endpoint | None) -> TurnDetector:
+    """The end-of-turn decision `turn` asks for (it needs speculation: `vad.eager_ms`), the
+    model signal's on `endpoint`."""
+    turn = turn if vad.eager_ms else dataclasses.replace(turn, detector="off")
     audio = None
     if "audio" in turn.detector:
         from app.stages.smartturn import SmartTurn
 
         audio = SmartTurn()
-    return TurnDetector(turn, cfg.vad.silence_ms, cfg.primary, audio)
+    return TurnDetector(turn, vad.silence_ms, endpoint, audio)
