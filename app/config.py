@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-ROOT = Path(__file__).resolve().parent.parent
-MODELS = Path(os.environ.get("VOICE_AGENT_MODELS", ROOT / "models"))
+from app.paths import MODELS, ROOT
+
 PRIMARY_MODEL = "Twu31/Qwen3.6-35B-A3B-GPTQ-INT4-W4A16-LowLatency"
 
 

@@ -18,9 +18,9 @@ import json
 import sys
 from pathlib import Path
 
-from app.config import ROOT
 from app.metrics import from_json
 from app.ops.launch import AppServer, cpu_server
+from app.paths import ROOT
 from app.web.views import medians_markdown
 
 CLIPS = ["en_capital.wav", "en_joke.wav", "en_weather.wav", "en_hello.wav"]

@@ -23,10 +23,10 @@ import statistics
 import subprocess
 import sys
 
-from app.config import ROOT
 from app.metrics import percentile
 from app.ops.machine import AVX2_CAPS as AVX2
 from app.ops.machine import CAPS, ct2_choice, describe, machine
+from app.paths import ROOT
 
 SETTINGS = {
     "native, 2 threads": ({}, 2), "native, 1 thread": ({}, 1),

@@ -22,8 +22,8 @@ import time
 import urllib.request
 
 from app.__main__ import _interrupt, launch_servers
-from app.config import ROOT
 from app.ops.cli import parse
+from app.paths import ROOT
 
 PRIMARY, ANCHOR = "http://127.0.0.1:8000", "http://127.0.0.1:8001"
 PID_FILE = ROOT / "logs" / "gpu-servers.pid"

@@ -11,8 +11,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from app.config import ROOT
 from app.ops.launch import cpu_server
+from app.paths import ROOT
 
 
 def main() -> None:

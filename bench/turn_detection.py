@@ -37,11 +37,12 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from app.config import MODELS, ROOT, AsrConfig, Endpoint, TurnConfig, VadConfig
+from app.config import AsrConfig, Endpoint, TurnConfig, VadConfig
 from app.messages import MicFrame
 from app.metrics import percentile
 from app.ops.machine import describe, machine
 from app.ops.prepare import tiny_en_dir
+from app.paths import MODELS, ROOT
 from app.stages.asr import Asr
 from app.stages.endofturn import EndOfTurnModel, decide, heard_words, unfinished_ending
 from app.stages.vad import Endpointer

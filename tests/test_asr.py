@@ -25,7 +25,7 @@ def asr():
 @pytest.fixture(scope="module")
 def demo_asr():
     """The demo's ASR: tiny.en, and Whisper base to tell the language."""
-    from app.config import MODELS
+    from app.paths import MODELS
 
     model = Asr(AsrConfig(model=tiny_en_dir(),
                           language="auto", detect_model=str(MODELS / "whisper-base")))

@@ -48,7 +48,7 @@ def test_the_app_has_no_import_circle():
 
 
 LAYERS = {
-    "records": {"app", "app.core", "app.stages", "app.web", "app.ops", "app.config",
+    "records": {"app", "app.core", "app.stages", "app.web", "app.ops", "app.config", "app.paths",
                 "app.messages", "app.metrics", "app.language", "app.clock", "app.stages.tts.base"},
     "stages": {"app.stages.vad", "app.stages.asr", "app.stages.whisper_read", "app.stages.asrhost",
                "app.stages.host", "app.stages.tts.host",

@@ -8,8 +8,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.config import ROOT
 from app.ops.launch import CARD_FLAGS, VOICE_FLAGS, VllmServer
+from app.paths import ROOT
 
 PRIMARY_WEIGHTS_GIB = 18.6  # the card: weights in vLLM, low-latency build
 ANCHOR_WEIGHTS_GIB = 22.2  # the card: the experts-only INT4 anchor

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.config import MODELS, ROOT
 from app.ops.machine import CAPS, capped_below_avx512, describe, machine
+from app.paths import MODELS, ROOT
 
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 DEMO_MODEL = MODELS / "smollm2-135m-instruct"

@@ -90,7 +90,7 @@ def isa_in_effect(env: dict[str, str] | None = None) -> dict[str, str]:
     import subprocess
     import sys
 
-    from app.config import ROOT
+    from app.paths import ROOT
 
     full = {**os.environ, **(env or {}), "CT2_VERBOSE": "1", "ONEDNN_VERBOSE": "1"}
     ct2 = ("import numpy as np, faster_whisper; from app.ops.prepare import tiny_en_dir; "

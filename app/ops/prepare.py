@@ -21,7 +21,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from app.config import MODELS
+from app.paths import MODELS
 
 WHISPER_BYTES = 145_217_532
 SMARTTURN_WHEEL = "pipecat-ai==1.14.0"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from functools import cache
 
-from app.config import ROOT
+from app.paths import ROOT
 
 NOTICES = ROOT / "persona" / "notices.json"
 # the stand-in replies by language: English words apart by spaces; Mandarin in the model's

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from app.config import MODELS
 from app.messages import RATE
+from app.paths import MODELS
 
 WINDOW = 8 * RATE  # the model's window: 800 of Whisper's mel frames
 MODEL_PATH = MODELS / "smart-turn-v3.2" / "smart-turn-v3.2-cpu.onnx"

@@ -15,10 +15,11 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from app.config import CPU_SHORT_WINDOW_S, MODELS, ROOT, AsrConfig, VadConfig
+from app.config import CPU_SHORT_WINDOW_S, AsrConfig, VadConfig
 from app.messages import MicFrame
 from app.ops.machine import describe, machine
 from app.ops.prepare import tiny_en_dir
+from app.paths import MODELS, ROOT
 from app.stages.asr import Asr
 from app.stages.vad import Endpointer
 from bench.voice_to_voice import QUESTIONS, VOICES, speak, wer

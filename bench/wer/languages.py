@@ -18,7 +18,7 @@ import os
 import numpy as np
 import soundfile as sf
 
-from app.config import ROOT
+from app.paths import ROOT
 from app.stages.asr import UNSURE, Asr
 from bench.wer import DEMO, TINY_EN, questions, record, whisper
 

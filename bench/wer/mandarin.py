@@ -17,9 +17,10 @@ from dataclasses import replace
 
 import soundfile as sf
 
-from app.config import MODELS, ROOT, AsrConfig
+from app.config import AsrConfig
 from app.language import simplified
 from app.metrics import percentile
+from app.paths import MODELS, ROOT
 from app.stages.asr import Asr
 from assets.make_turn_set import error_rate
 from bench.wer import DEMO, record

@@ -6,7 +6,7 @@ import statistics
 
 import numpy as np
 
-from app.config import MODELS
+from app.paths import MODELS
 from bench.wer import TINY_EN, questions, record, score, whisper
 
 clips = [(v, q, np.pad(x, 4000)) for v, q, x in questions()]

@@ -18,7 +18,7 @@ import sys
 import numpy as np
 import soundfile as sf
 
-from app.config import ROOT
+from app.paths import ROOT
 from app.stages.asr import Asr
 from bench.wer import DEMO, pauses, questions, record, score
 from bench.wer.capture import capture, layout

@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from app.config import MODELS
+from app.paths import MODELS
 from app.stages.tts.base import TtsError
 
 VOICE = "jf_alpha"
