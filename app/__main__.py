@@ -12,7 +12,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from app.config import DEMO_ASR_THREADS, DEMO_REPLY_S, AppConfig, AsrConfig
+from app.config import DEMO_ASR_THREADS, DEMO_REPLY_S, AppConfig
 from app.ops.cli import from_args, parse
 from app.ops.gpuplan import format_plan, gpu_memory_gib, gpu_servers, plan_gpus
 from app.ops.launch import (
@@ -26,6 +26,7 @@ from app.ops.launch import (
 from app.ops.machine import one_blas_thread
 from app.ops.prepare import tiny_en_dir
 from app.paths import ROOT
+from app.stages.asr_config import AsrConfig
 from app.stages.llm import LlmError, check_endpoint, compare_tokenizers, dry_run_info
 
 ANCHOR_SERVED_NAME = DEMO_SERVED_NAME + "-anchor"

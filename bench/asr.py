@@ -25,11 +25,11 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from app.config import AsrConfig
 from app.ops.machine import describe, machine
 from app.ops.prepare import tiny_en_dir
 from app.paths import MODELS, ROOT
 from app.stages.asr import Asr
+from app.stages.asr_config import AsrConfig
 from bench.voice_to_voice import QUESTIONS, VOICES, speak, wer
 
 

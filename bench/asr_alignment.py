@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from app.config import ASR_COMPUTE, AsrConfig
 from app.ops.machine import describe, machine
 from app.paths import ROOT
 from app.stages.asr import Asr
+from app.stages.asr_config import ASR_COMPUTE, AsrConfig
 from app.stages.endofturn import closed, heard_words, unfinished_ending
 
 SET = ROOT / "assets" / "turns"

@@ -38,7 +38,8 @@ CHILD = """
 import json, sys
 import soundfile as sf
 from app.stages.asr import Asr
-from app.config import CPU_SHORT_WINDOW_S, ROOT, AsrConfig
+from app.paths import ROOT
+from app.stages.asr_config import CPU_SHORT_WINDOW_S, AsrConfig
 from app.ops.prepare import tiny_en_dir
 asr = Asr(AsrConfig(model=tiny_en_dir(), language="en", cpu_threads=int(sys.argv[1]),
                     short_window_s=CPU_SHORT_WINDOW_S))

@@ -23,12 +23,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import soundfile as sf
 
-from app.config import AsrConfig
 from app.language import words
 from app.ops.machine import describe, machine
 from app.ops.prepare import tiny_en_dir
 from app.paths import ROOT
 from app.stages.asr import Asr
+from app.stages.asr_config import AsrConfig
 
 CLIPS = ["en_capital.wav", "en_joke.wav", "en_weather.wav", "en_hello.wav"]
 

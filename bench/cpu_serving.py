@@ -28,11 +28,10 @@ import sys
 import time
 from pathlib import Path
 
-from app.config import Endpoint, LlmConfig
 from app.ops.launch import cpu_server
 from app.ops.machine import describe, machine
 from app.paths import ROOT
-from app.stages.llm import StreamStats, stream_chat
+from app.stages.llm import Endpoint, LlmConfig, StreamStats, stream_chat
 from bench.settings import parse_settings, round_orders, split_env
 
 CONFIGS = {"bf16, 128-token blocks": ["--dtype", "bfloat16", "--block-size", "128"],

@@ -29,9 +29,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from app.config import Endpoint
 from app.ops.launch import CARD_FLAGS, VllmServer, free_port
 from app.paths import ROOT
+from app.stages.llm import Endpoint
 from build import dryrun
 
 

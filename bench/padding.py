@@ -19,11 +19,10 @@ import statistics
 import sys
 from pathlib import Path
 
-from app.config import Endpoint, LlmConfig
 from app.core.prompt import load_persona
 from app.ops.launch import cpu_server
 from app.paths import ROOT
-from app.stages.llm import StreamStats, stream_chat
+from app.stages.llm import Endpoint, LlmConfig, StreamStats, stream_chat
 from app.stages.padding import block_size, pad_to_block, system_token_counter
 
 TOPICS = ["the sea", "trains", "coffee", "winter", "music", "cats", "rain", "bread", "stars",

@@ -37,15 +37,16 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from app.config import AsrConfig, Endpoint, TurnConfig, VadConfig
 from app.messages import MicFrame
 from app.metrics import percentile
 from app.ops.machine import describe, machine
 from app.ops.prepare import tiny_en_dir
 from app.paths import MODELS, ROOT
 from app.stages.asr import Asr
-from app.stages.endofturn import EndOfTurnModel, decide, heard_words, unfinished_ending
-from app.stages.vad import Endpointer
+from app.stages.asr_config import AsrConfig
+from app.stages.endofturn import EndOfTurnModel, TurnConfig, decide, heard_words, unfinished_ending
+from app.stages.llm import Endpoint
+from app.stages.vad import Endpointer, VadConfig
 
 SET = ROOT / "assets" / "turns"
 OUT = ROOT / "docs" / "bench"

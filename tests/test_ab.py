@@ -6,9 +6,11 @@ import time
 
 import pytest
 
-from app.config import AppConfig, Endpoint, LlmConfig, TtsConfig
+from app.config import AppConfig
 from app.core.pipeline import Agent
 from app.core.session import Session
+from app.stages.llm import Endpoint, LlmConfig
+from app.stages.tts.base import TtsConfig
 from app.web.plots import per_turn
 from app.web.views import medians_markdown
 from tests.conftest import ROOT, run_turn, serving

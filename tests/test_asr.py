@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from app.config import AsrConfig
 from app.messages import RATE
 from app.ops.prepare import tiny_en_dir
 from app.stages.asr import Asr
+from app.stages.asr_config import AsrConfig
 from app.stages.audio import load_upload
 from tests.conftest import ASSETS, TRANSCRIPTS, word_recall, words
 
@@ -64,7 +64,7 @@ def test_short_windows_transcribe_like_the_whole_window(caplog):
     """On the CPU the app encodes a 6 s window (`CPU_SHORT_WINDOW_S`) for an utterance that
     fits it, 10 s for one up to 9 s: the same words as Whisper's 30 s window on the
     committed clips, none read again; a longer utterance takes the 30 s path."""
-    from app.config import CPU_SHORT_WINDOW_S
+    from app.stages.asr_config import CPU_SHORT_WINDOW_S
 
     tiny = tiny_en_dir()
     short, ten, whole = (Asr(AsrConfig(model=tiny, language="en", window_s=w, short_window_s=s))
@@ -319,8 +319,8 @@ def test_finished_words_whisper_left_unclosed_wait_no_longer_than_the_fixed_sile
     to | find a cheap flight" and "My flight has been | delayed" 0.07-0.10. The finished
     sentence commits no later than the fixed silence, with its mark or without; the halves
     wait past a pause. A transcript that ends with a mark has no such probability."""
-    from app.config import TurnConfig, VadConfig
-    from app.stages.endofturn import TurnDetector, closed
+    from app.stages.endofturn import TurnConfig, TurnDetector, closed
+    from app.stages.vad import VadConfig
     from bench.turn_detection import SET, pauses_of
 
     asr = Asr(AsrConfig(model=tiny_en_dir(), language="en"))
@@ -354,8 +354,9 @@ def test_a_loops_first_copy_left_unclosed_waits_no_longer_than_the_fixed_silence
     CPU's paths: CTranslate2 on oneDNN, AVX2), so the finished
     question commits after the fixed silence, not the 1 s of an unclosed sentence (the
     benchmark's "Tell me something about dolphins" looped so and waited the 1 s)."""
-    from app.config import CPU_SHORT_WINDOW_S, TurnConfig, VadConfig
-    from app.stages.endofturn import TurnDetector, closed
+    from app.stages.asr_config import CPU_SHORT_WINDOW_S
+    from app.stages.endofturn import TurnConfig, TurnDetector, closed
+    from app.stages.vad import VadConfig
     from bench.turn_detection import pauses_of
     from bench.voice_to_voice import speak
 
@@ -441,8 +442,8 @@ def test_mandarin_words_before_a_pause_wait_and_a_finished_question_does_not(dem
     pause after "我想" and after "帮我" Whisper base reads a word or two ("模像", "保我。" on
     this project's Xeon): held past the pause. "这首歌是谁唱的？" ends with "的" after "是":
     finished, not held to the cap."""
-    from app.config import TurnConfig, VadConfig
-    from app.stages.endofturn import TurnDetector
+    from app.stages.endofturn import TurnConfig, TurnDetector
+    from app.stages.vad import VadConfig
     from bench.turn_detection import pauses_of
 
     cfg = TurnConfig("words")

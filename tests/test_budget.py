@@ -148,9 +148,11 @@ def test_a_long_reply_stops_at_the_budget_and_the_rest_is_never_generated(endpoi
     history keeps and the page's chat marks, and the server ends the request there.
     (The server may run a little ahead of a reader on a busy box, so what it generated is
     held to most of the free reply never being made, not to an exact count.)"""
-    from app.config import AppConfig, LlmConfig, TtsConfig
+    from app.config import AppConfig
     from app.core.pipeline import Agent
     from app.core.session import Session
+    from app.stages.llm import LlmConfig
+    from app.stages.tts.base import TtsConfig
     from tests.conftest import run_turn
 
     question = "Tell me a long story about a dragon who learns to fly."

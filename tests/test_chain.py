@@ -14,14 +14,14 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from app.config import AppConfig, Endpoint, LlmConfig
+from app.config import AppConfig
 from app.core.conversation import Conversation
 from app.core.pipeline import Agent
 from app.core.session import Session
 from app.core.wire import Outbox
 from app.messages import PlayerReport, ReplyDelta
 from app.metrics import TurnMetrics
-from app.stages.llm import LlmError, StreamStats
+from app.stages.llm import Endpoint, LlmConfig, LlmError, StreamStats
 
 REPLY = ["小安：", "The capital", " of France", " is Paris.", " It lies", " on the Seine."]
 CLOSED = "http://127.0.0.1:9/v1"  # nothing listens: the servers' /metrics are not read

@@ -1,7 +1,8 @@
 import pytest
 
-from app.config import CPU_SHORT_WINDOW_S, TurnConfig
 from app.ops.cli import from_args, parser
+from app.stages.asr_config import CPU_SHORT_WINDOW_S
+from app.stages.endofturn import TurnConfig
 
 
 def test_defaults_bind_loopback():
@@ -165,8 +166,8 @@ def test_gpu_servers_take_the_card_and_voice_flags(tmp_path):
 
 
 def test_the_speculative_start_comes_sooner_where_asr_runs_on_a_gpu():
-    from app.config import VadConfig
     from app.ops.cli import GPU_EAGER_MS
+    from app.stages.vad import VadConfig
 
     assert from_args(parser().parse_args([])).vad.eager_ms == VadConfig.eager_ms == 64
     gpu = from_args(parser().parse_args(["--asr-device", "cuda"]))
@@ -176,8 +177,8 @@ def test_the_speculative_start_comes_sooner_where_asr_runs_on_a_gpu():
 
 
 def test_the_model_request_waits_for_a_longer_silence_on_the_cpu_only():
-    from app.config import VadConfig
     from app.ops.cli import GPU_MODEL_AFTER_MS
+    from app.stages.vad import VadConfig
 
     assert from_args(parser().parse_args([])).vad.model_after_ms == VadConfig.model_after_ms \
         == 128

@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from app.config import AppConfig, Endpoint, TurnConfig
+from app.config import AppConfig
 from app.core.anchor import AbJob
 from app.core.conversation import Conversation
 from app.core.floor_types import Played, Started, Utterance
@@ -22,7 +22,8 @@ from app.core.turn import Turn
 from app.core.wire import Outbox
 from app.messages import EndOfTurn, PlayerReport, Transcript, VadEvent
 from app.metrics import TurnMetrics
-from app.stages.endofturn import TurnDetector
+from app.stages.endofturn import TurnConfig, TurnDetector
+from app.stages.llm import Endpoint
 
 REPLY = "The capital of France is Paris. It is a big city on the river Seine."
 
@@ -708,7 +709,7 @@ def question(*gaps_ms: int) -> np.ndarray:
 def test_a_speculative_turns_model_request_waits_for_the_longer_silence():
     """ASR starts at the first silent frame (`eager_ms`), the model request only once the
     silence is `model_after_ms` long; the request is released as that frame comes in."""
-    from app.config import VadConfig
+    from app.stages.vad import VadConfig
 
     agent = HeldAgent(VadConfig(eager_ms=32, model_after_ms=128, silence_ms=400))
     conversation, session = Conversation(agent), Session("s")  # type: ignore[arg-type]
@@ -737,7 +738,7 @@ def test_a_speculative_turns_model_request_waits_for_the_longer_silence():
 def test_a_gap_between_words_shorter_than_model_after_sends_no_request():
     """A gap that starts a speculative turn (ASR) but ends before `model_after_ms`: the
     turn is dropped and its model request never goes; the whole question is one turn."""
-    from app.config import VadConfig
+    from app.stages.vad import VadConfig
 
     agent = HeldAgent(VadConfig(eager_ms=32, model_after_ms=256, silence_ms=400))
     conversation, session = Conversation(agent), Session("s")  # type: ignore[arg-type]

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from app.config import AppConfig, Endpoint, TurnConfig
+from app.config import AppConfig
 from app.core.conversation import MIC_STOP, Conversation
 from app.core.floor import VOICE_GONE_MS
 from app.core.session import Session
@@ -25,7 +25,8 @@ from app.core.turn import Turn
 from app.core.wire import Outbox
 from app.messages import EndOfTurn, MicFrame, PlayerReport, SpeechChunk, Transcript
 from app.metrics import TurnMetrics
-from app.stages.endofturn import TurnDetector, heard_words, normalize, unfinished_ending
+from app.stages.endofturn import TurnConfig, TurnDetector, heard_words, normalize, unfinished_ending
+from app.stages.llm import Endpoint
 from tests.conftest import ASSETS
 
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from app.config import Endpoint
+from app.stages.llm import Endpoint
 from build.fidelity import answer_nll, distinct_2, first_sentence, load, probes, shuffled
 from tests.conftest import ROOT
 

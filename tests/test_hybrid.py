@@ -6,10 +6,9 @@ import json
 
 import pytest
 
-from app.config import Endpoint, LlmConfig
 from app.core.prompt import load_persona
 from app.ops.launch import VLLM_PYTHON
-from app.stages.llm import StreamStats, dry_run_info, post_json, stream_chat
+from app.stages.llm import Endpoint, LlmConfig, StreamStats, dry_run_info, post_json, stream_chat
 from app.stages.padding import (
     measured_block_size,
     pad_to_block,

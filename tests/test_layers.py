@@ -48,15 +48,17 @@ def test_the_app_has_no_import_circle():
 
 
 LAYERS = {
-    "records": {"app", "app.core", "app.stages", "app.web", "app.ops", "app.config", "app.paths",
+    "records": {"app", "app.core", "app.stages", "app.web", "app.ops", "app.paths",
                 "app.messages", "app.metrics", "app.language", "app.clock", "app.stages.tts.base"},
-    "stages": {"app.stages.vad", "app.stages.asr", "app.stages.whisper_read", "app.stages.asrhost",
+    "stages": {"app.stages.vad", "app.stages.asr", "app.stages.asr_config",
+               "app.stages.whisper_read", "app.stages.asrhost",
                "app.stages.host", "app.stages.tts.host",
                "app.stages.audio", "app.stages.llm", "app.stages.budget", "app.stages.replytext",
                "app.stages.chunking", "app.stages.endofturn", "app.stages.smartturn",
                "app.stages.interruption", "app.stages.padding", "app.stages.servermetrics",
                "app.stages.tts", "app.stages.tts.edge", "app.stages.tts.espeak",
                "app.stages.tts.kokoro", "app.stages.tts.piper"},
+    "settings": {"app.config"},
     "turn": {"app.core.session", "app.core.wire", "app.core.turn", "app.core.audiogate",
              "app.core.turnlog", "app.core.floor", "app.core.floor_types", "app.core.eventlog"},
     "chain": {"app.core.pipeline", "app.core.anchor", "app.core.prompt", "app.core.rival"},
@@ -69,7 +71,9 @@ LAYERS = {
                    "app.ops.workers", "app.ops.prepare", "app.__main__"},
 }
 """The app's layers, lowest first (docs/ARCHITECTURE.md): a module imports from its own
-layer or lower ones only. The state machine (`app.core.floor`) sits below the chain it drives."""
+layer or lower ones only. Each stage's settings live beside it; `app.config`'s `AppConfig`
+gathers them, so it sits on the stages, under what reads it. The state machine
+(`app.core.floor`) sits below the chain it drives."""
 
 
 def test_imports_point_down_the_layers():
@@ -85,12 +89,16 @@ def test_imports_point_down_the_layers():
 
 def test_folders_point_down():
     """The folders follow the layers: app/'s top-level records <- stages/ <- core/ <- web/
-    <- ops/ (and `python -m app`); a folder imports from itself or lower ones only."""
+    <- ops/ (and `python -m app`); a folder imports from itself or lower ones only. The one
+    top-level module above the records, `app.config` (the stages' settings gathered),
+    counts with stages/."""
     order = ["app", "stages", "core", "web", "ops"]
 
     def folder(module: str) -> int:
         if module == "app.__main__":
             return len(order)
+        if module == "app.config":
+            return order.index("stages")
         parts = module.split(".")
         return order.index(parts[1]) if len(parts) > 2 and parts[1] in order else 0
 

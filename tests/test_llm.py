@@ -2,9 +2,16 @@ import threading
 
 import pytest
 
-from app.config import Endpoint, LlmConfig
 from app.ops.launch import free_port
-from app.stages.llm import LlmError, StreamStats, check_endpoint, client_for, stream_chat
+from app.stages.llm import (
+    Endpoint,
+    LlmConfig,
+    LlmError,
+    StreamStats,
+    check_endpoint,
+    client_for,
+    stream_chat,
+)
 
 pytestmark = pytest.mark.integration
 

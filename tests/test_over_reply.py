@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from app.config import VadConfig
 from app.ops.machine import machine
+from app.stages.vad import VadConfig
 from bench.page import say, user_messages
 from tests.conftest import (
     ARTIFACTS,

@@ -3,9 +3,8 @@
 
 import pytest
 
-from app.config import LlmConfig
 from app.core.prompt import load_persona
-from app.stages.llm import StreamStats, stream_chat
+from app.stages.llm import LlmConfig, StreamStats, stream_chat
 from app.stages.padding import pad_to_block, server_block_size, system_token_counter
 from tests.conftest import ROOT
 
@@ -41,8 +40,7 @@ def test_block_size_is_read_from_the_server(endpoint):
 def test_a_server_without_prefix_caching_is_not_probed(anchor_server):
     """The anchor serves without prefix caching: its block is read from /metrics, and no
     request is sent to measure it (the probes could read no cached tokens there)."""
-    from app.config import Endpoint
-    from app.stages.llm import metrics_text
+    from app.stages.llm import Endpoint, metrics_text
     from app.stages.padding import block_size, cache_config
 
     anchor = Endpoint("anchor", anchor_server.base_url, anchor_server.served_name)

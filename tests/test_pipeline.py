@@ -5,10 +5,12 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from app.config import AppConfig, Endpoint, LlmConfig, TtsConfig
+from app.config import AppConfig
 from app.core.pipeline import Agent
 from app.core.session import Session
 from app.ops.launch import free_port
+from app.stages.llm import Endpoint, LlmConfig
+from app.stages.tts.base import TtsConfig
 from tests.conftest import ASSETS, ROOT, TRANSCRIPTS, run_turn, word_recall
 
 pytestmark = pytest.mark.integration

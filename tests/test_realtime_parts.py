@@ -13,13 +13,14 @@ import math
 import numpy as np
 import pytest
 
-from app.config import AppConfig, Endpoint, TurnConfig
+from app.config import AppConfig
 from app.core.conversation import Conversation
 from app.core.session import Session
 from app.core.turn import Turn
 from app.messages import MicBytes, SpeechChunk
 from app.metrics import TurnMetrics
-from app.stages.endofturn import TurnDetector
+from app.stages.endofturn import TurnConfig, TurnDetector
+from app.stages.llm import Endpoint
 from app.web.realtime import key_refusal
 from app.web.realtime_audio import (
     FORMATS,

@@ -17,10 +17,12 @@ import pytest
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AuthenticationError
 
-from app.config import AppConfig, Endpoint, LlmConfig, TtsConfig
+from app.config import AppConfig
 from app.core.pipeline import Agent
 from app.core.session import Session
 from app.ops.launch import AppServer
+from app.stages.llm import Endpoint, LlmConfig
+from app.stages.tts.base import TtsConfig
 from app.web.client import VoiceClient
 from tests.conftest import (
     ARTIFACTS,

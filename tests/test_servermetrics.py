@@ -1,6 +1,6 @@
 import threading
 
-from app.config import Endpoint
+from app.stages.llm import Endpoint
 from app.stages.servermetrics import ServerViews, between, parse
 
 BEFORE = """# HELP vllm:time_to_first_token_seconds x

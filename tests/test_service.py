@@ -13,8 +13,8 @@ import pytest
 import soundfile as sf
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.config import TurnConfig
 from app.ops.launch import AppServer
+from app.stages.endofturn import TurnConfig
 from app.web.client import AgentBusy, VoiceClient
 from app.web.hub import BUSY, RETRY_AFTER_S
 from app.web.prometheus import STAGE_FIGURES

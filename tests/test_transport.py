@@ -12,7 +12,7 @@ import soundfile as sf
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from app.config import VadConfig
+from app.stages.vad import VadConfig
 from app.web.client import VoiceClient
 from tests.conftest import APP_LOG, ASSETS, app_log, log_lines
 

@@ -3,9 +3,9 @@ import time
 import numpy as np
 import pytest
 
-from app.config import TtsConfig
 from app.stages.audio import rms_dbfs
 from app.stages.tts import FallbackTts, TtsError, language_of
+from app.stages.tts.base import TtsConfig
 from app.stages.tts.edge import EdgeTts
 from app.stages.tts.espeak import EspeakTts
 from app.stages.tts.kokoro import KokoroTts
@@ -31,8 +31,8 @@ def test_espeak_speaks_mandarin():
 
 
 def test_kokoro_speaks_mandarin_that_whisper_understands():
-    from app.config import AsrConfig
     from app.stages.asr import Asr
+    from app.stages.asr_config import AsrConfig
     from app.stages.audio import resample
     from tests.conftest import word_recall
 

@@ -6,9 +6,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from app.config import TtsConfig
 from app.stages.audio import rms_dbfs
 from app.stages.tts import TtsError, build_tts
+from app.stages.tts.base import TtsConfig
 from app.stages.tts.host import KEY_ENV, RemoteTts, TtsHost, readers
 
 pytestmark = pytest.mark.integration

@@ -2,9 +2,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from app.config import VadConfig
 from app.messages import MicFrame
-from app.stages.vad import Endpointer, has_speech
+from app.stages.vad import Endpointer, VadConfig, has_speech
 from tests.conftest import ASSETS
 
 pytestmark = pytest.mark.integration

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from app.config import AppConfig, Endpoint
+from app.config import AppConfig
 from app.core.prompt import answered_pairs, history_start, load_persona
 from app.core.rival import Later, Rival
 from app.core.session import Session
@@ -34,7 +34,15 @@ from app.stages.audio import keep_heard
 from app.stages.budget import ReplyBudget, within
 from app.stages.chunking import SentenceChunker
 from app.stages.endofturn import turn_detector
-from app.stages.llm import ChatStream, LlmError, OpenAIChat, StreamStats, client_for, prefill
+from app.stages.llm import (
+    ChatStream,
+    Endpoint,
+    LlmError,
+    OpenAIChat,
+    StreamStats,
+    client_for,
+    prefill,
+)
 from app.stages.padding import (
     CARD_BLOCKS,
     PaddingError,

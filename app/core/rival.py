@@ -12,11 +12,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from app.config import AppConfig, Endpoint
+from app.config import AppConfig
 from app.core.turn import Turn
 from app.metrics import TurnMetrics, fill_rival
 from app.stages.budget import ReplyBudget, within
-from app.stages.llm import ChatStream, LlmError, StreamStats
+from app.stages.llm import ChatStream, Endpoint, LlmError, StreamStats
 from app.stages.servermetrics import ServerViews
 
 Later = Callable[[Turn, list[dict]], None]

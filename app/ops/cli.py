@@ -7,21 +7,12 @@ import argparse
 import os
 from pathlib import Path
 
-from app.config import (
-    ASR_COMPUTE,
-    CPU_SHORT_WINDOW_S,
-    DEMO_ASR_THREADS,
-    DEMO_REPLY_S,
-    DETECTORS,
-    PRIMARY_MODEL,
-    AppConfig,
-    AsrConfig,
-    Endpoint,
-    LlmConfig,
-    TtsConfig,
-    TurnConfig,
-    VadConfig,
-)
+from app.config import DEMO_ASR_THREADS, DEMO_REPLY_S, PRIMARY_MODEL, AppConfig
+from app.stages.asr_config import ASR_COMPUTE, CPU_SHORT_WINDOW_S, AsrConfig
+from app.stages.endofturn import DETECTORS, TurnConfig
+from app.stages.llm import Endpoint, LlmConfig
+from app.stages.tts.base import TtsConfig
+from app.stages.vad import VadConfig
 
 GPU_EAGER_MS = 32
 """The speculative start with ASR on a GPU: one silent VAD frame. A start there costs a

@@ -34,9 +34,9 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from app.config import AsrConfig
 from app.language import simplified
 from app.messages import RATE, Transcript
+from app.stages.asr_config import AsrConfig
 from app.stages.whisper_read import (
     MAX_COMPRESSION,
     close_probability,

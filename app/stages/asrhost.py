@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from app.config import AsrConfig
 from app.messages import Transcript
 from app.stages.asr import Asr
+from app.stages.asr_config import AsrConfig
 from app.stages.host import Host, Remote
 
 log = logging.getLogger(__name__)

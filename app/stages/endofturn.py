@@ -28,15 +28,68 @@ import math
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
-from app.config import Endpoint, TurnConfig, VadConfig
 from app.language import CLOSERS, is_cjk
 from app.messages import EndOfTurn, Signal
-from app.stages.llm import THINKING_OFF, ServerError, post_json
+from app.stages.llm import THINKING_OFF, Endpoint, ServerError, post_json
+from app.stages.vad import VadConfig
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class TurnConfig:
+    """The end of a turn by what was said (`TurnDetector`); thresholds chosen on the
+    labelled set of `python -m bench.turn_detection` (docs/PERFORMANCE.md)."""
+
+    detector: str = "words"
+    """"off" (the fixed silence, `VadConfig.silence_ms`), or the signals joined by "+":
+    "words" (an open ending such as "for", "and", "因为"), "model" (the served model's
+    probability that the message ends there), "audio" (Smart Turn v3.2 on the voice)."""
+    cap_ms: int = 2000
+    """An unfinished utterance commits anyway after this much silence."""
+    unmarked_ms: int = 1000
+    """Words that look finished but that the ASR closed with no mark (".", "?", "!") commit
+    after this much silence: Whisper leaves the mark out where the voice did not sound
+    finished, and it misread the open ending of a half sentence so ("We can take that rain"
+    for "... the train or", "Please" for "Please add the"); finished turns it leaves
+    unclosed wait too (a few of the benchmarks' transcripts, `docs/PERFORMANCE.md`), unless
+    it nearly closed them (`close_p`). Longer than a pause to think. English script only:
+    tiny.en and base write Mandarin with no marks as often as with them."""
+    close_p: float = 0.25
+    """Such words commit after the fixed silence (`VadConfig.silence_ms`) instead, where
+    Whisper gave a closing mark at least this probability at their end
+    (`Transcript.close_p`): it nearly wrote one, and the words cannot tell. Finished
+    sentences left unclosed kept 0.22-0.54 there, but so did halves said with a short gap
+    inside ("Why is the sky" 0.33, "Tell me the fun fact" 0.45: tiny.en on a GPU),
+    where misread halves kept 0.05-0.23 ("Please", "Remind me, Lord"): not a sign of the
+    end, only that the words are unsure (docs/PERFORMANCE.md). A loop's first copy of a
+    finished question read 0.25-0.30 at some start shifts (CTranslate2 on oneDNN reads
+    lower than on MKL by up to 0.05): at 0.3 those would wait `unmarked_ms`. 1.0: never."""
+    model_done: float = 0.1
+    """The model's end-of-message probability at or above which the turn commits at once
+    (SmolLM2-135M gave finished sentences 0.0-0.7, median ~0.05; choose it for the served
+    model with `python -m bench.turn_detection --base-url`)."""
+    model_unfinished: float = 0.01
+    """Below it the utterance is held as unfinished (up to `cap_ms`): SmolLM2-135M gave
+    sentences cut at a pause 0.0-0.02."""
+    audio_done: float = 0.5
+    """Smart Turn's P(complete) at or above which the turn commits at once."""
+    continue_ms: int = 1500
+    """Speech that starts this soon after a committed voice turn's last voiced frame (after
+    the cap, for words held as unfinished), and is not a command or the agent's own voice,
+    continues that turn: the reply stops and the two utterances become one turn, one
+    transcript, one answer ("I'd like a table for ... two people": the words at the pause
+    looked finished, or a slow box let it commit). 0: off (it is an interruption like any
+    other)."""
+
+
+DETECTORS = ("off", "words", "model", "audio", "words+model", "words+audio", "model+audio",
+             "words+model+audio")
+"""The values of `TurnConfig.detector` (`--turn-detector`)."""
 
 # English words after which a sentence cannot end (function words that need what follows).
 # Not "you": it is an object as often as a subject, and ends "Who are you?", "Thank you",

@@ -6,11 +6,42 @@ import functools
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from app.config import Endpoint, LlmConfig
 from app.messages import ReplyDelta
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An OpenAI-compatible chat endpoint. The API key is never shown or exported."""
+
+    name: str
+    base_url: str
+    model: str
+    api_key: str = field(default="EMPTY", repr=False)
+
+
+@dataclass
+class LlmConfig:
+    max_tokens: int = 120
+    """Reply token cap: spoken replies are short."""
+    reply_sentences: int = 2
+    """The spoken-reply budget: the reply ends after this many sentences, and the rest is
+    never generated (`app.stages.budget`; 0: only `max_tokens` ends it)."""
+    reply_seconds: float = 0.0
+    """The budget in time: a reply that takes longer to say ends at its next break (0: off;
+    a model made for short spoken replies keeps to them)."""
+    temperature: float = 0.0
+    repetition_penalty: float = 1.0
+    """vLLM extra sampling parameter; small models loop under greedy decoding without it."""
+    history_turns: int = 8
+    """User/assistant pairs kept in the prompt."""
+    prefill: bool = True
+    """Prefill the persona at start and, once a turn is over, a session's history up to the
+    next question (`Agent.warm`), while nothing waits."""
+    timeout_s: float = 30.0
+
 
 THINKING_OFF = {"enable_thinking": False}
 """The chat template's switch every request of the app sends (the card: thinking off)."""

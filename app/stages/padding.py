@@ -15,8 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.config import Endpoint
-from app.stages.llm import metrics_text, post_json, server_root, tokenize
+from app.stages.llm import Endpoint, metrics_text, post_json, server_root, tokenize
 
 # Documented defaults when the server does not say (the model card's measurements).
 CARD_BLOCKS = {"bf16-ssm": 544, "fp32-ssm": 1056}

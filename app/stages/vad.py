@@ -15,11 +15,44 @@ the utterance that follows it, not lost.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
-from app.config import VadConfig
 from app.messages import RATE, MicFrame, VadEvent, VadKind
+
+
+@dataclass
+class VadConfig:
+    threshold: float = 0.5
+    """Silero speech probability above which a VAD frame counts as speech."""
+    silence_ms: int = 400
+    """Trailing silence that ends an utterance."""
+    min_speech_ms: int = 250
+    """Shorter bursts (clicks, coughs) are not utterances."""
+    eager_ms: int = 64
+    """Trailing silence after which the turn starts speculatively (ASR, model and TTS run;
+    the audio is held until the end of the turn is decided, and dropped if the user goes
+    on). 0 turns speculation off. With ASR on a GPU the default is `app.ops.cli.GPU_EAGER_MS`. On
+    the CPU this default, against twice it, ends finished questions sooner after the last voiced
+    frame at no cost at the ear and none in WER, which the start does not move
+    (`python -m bench.wer.endpointer_cut`; docs/PERFORMANCE.md)."""
+    model_after_ms: int = 128
+    """Trailing silence after which a speculative turn sends its model request (at or
+    below `eager_ms`: as soon as its transcript is known), so that a short gap between
+    words costs ASR only. With ASR on a GPU the default is `app.ops.cli.GPU_MODEL_AFTER_MS`. Many
+    callers on one GPU: a later request lowers voice-to-voice p50 at many conversations and
+    raises it for one (docs/PERFORMANCE.md, "the model request after a longer silence"). On
+    the CPU a decode takes longer than `eager_ms`, so a request after a whole word goes with
+    its transcript all the same."""
+    barge_in_ms: int = 500
+    """While the agent speaks, each this much of the user's speech pauses the reply and
+    checks the words (app/core/conversation.py): a command ("wait", "stop") interrupts at once,
+    other words if the user goes on talking over the paused reply for as long again; a
+    cough or an "mhm" is shorter. When the agent is silent, `min_speech_ms` starts a turn."""
+    max_utterance_s: float = 30.0
+    """An utterance is cut here even if the user keeps talking."""
+
 
 FRAME = 512  # samples at 16 kHz, the size Silero v6 expects
 FRAME_MS = FRAME * 1000 / RATE

@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from app.config import CPU_SHORT_WINDOW_S, AsrConfig, VadConfig
 from app.messages import MicFrame
 from app.ops.machine import describe, machine
 from app.ops.prepare import tiny_en_dir
 from app.paths import MODELS, ROOT
 from app.stages.asr import Asr
-from app.stages.vad import Endpointer
+from app.stages.asr_config import CPU_SHORT_WINDOW_S, AsrConfig
+from app.stages.vad import Endpointer, VadConfig
 from bench.voice_to_voice import QUESTIONS, VOICES, speak, wer
 
 OUT = ROOT / "docs" / "bench" / "asr_caps"

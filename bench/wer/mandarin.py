@@ -17,11 +17,11 @@ from dataclasses import replace
 
 import soundfile as sf
 
-from app.config import AsrConfig
 from app.language import simplified
 from app.metrics import percentile
 from app.paths import MODELS, ROOT
 from app.stages.asr import Asr
+from app.stages.asr_config import AsrConfig
 from assets.make_turn_set import error_rate
 from bench.wer import DEMO, record
 

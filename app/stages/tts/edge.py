@@ -7,8 +7,7 @@ import io
 
 import numpy as np
 
-from app.config import TtsConfig
-from app.stages.tts.base import TtsError
+from app.stages.tts.base import TtsConfig, TtsError
 
 RATE = 24000
 

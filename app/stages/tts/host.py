@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from app.config import TtsConfig
 from app.stages.host import Host, Remote, RemoteError
 from app.stages.tts import TtsError, build_tts
+from app.stages.tts.base import TtsConfig
 
 KEY_ENV = "VOICE_AGENT_TTS_KEY"
 """The environment variable that hands the socket's key to the workers."""
