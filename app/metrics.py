@@ -63,8 +63,8 @@ class TurnMetrics:
     once the conversation was idle."""
     eot_signal: str = ""
     """What ended the user's turn: the end-of-turn detector's signal and what it saw
-    ("words: ends with “for”", "model: p(end) 0.93"), or the silence that reached the fixed
-    end or the cap (app/stages/endofturn.py)."""
+    ("words: ends with “for”", "model: p(end)" and the probability), or the silence that
+    reached the fixed end or the cap (app/stages/endofturn.py)."""
     asr_after_speech_ms: float | None = None
     """Last voiced frame -> transcript ready (ASR starts speculatively at a short pause)."""
     first_piece_ms: float | None = None

@@ -1,7 +1,7 @@
 """The docs a user reads first stay short and hold each measured figure once: the README is
 a page, not a lab notebook; PERFORMANCE.md opens with today's numbers, each linking its raw
-file; a figure lives in one place (README's headline table, docs/*.md, or a comment in app/),
-and the dated detail lives in docs/log/."""
+file; a figure lives in one place (README's headline table or docs/*.md; app/'s comments carry
+none: tests/test_architecture.py), and the dated detail lives in docs/log/."""
 
 from __future__ import annotations
 
@@ -171,7 +171,8 @@ def test_the_headline_figures_are_the_current_numbers():
 
 def test_no_figure_is_written_in_two_places():
     """README's headline table repeats the current numbers by design (checked above); any
-    other figure lives in one of docs/*.md or app/'s comments."""
+    other figure lives in one of docs/*.md (app/'s comments are read too, though they carry
+    none)."""
     places: dict[str, str] = {}
     for path in sorted((ROOT / "docs").glob("*.md")):
         places[str(path.relative_to(ROOT))] = path.read_text()

@@ -169,8 +169,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--vllm-python", default="",
                    help="Python of an environment with (GPU) vLLM; default: this one")
     g.add_argument("--dense-int4-kernel", default="marlin", choices=["marlin", "machete"],
-                   help="vLLM's kernel for the dense INT4 layers: marlin (0.85x ms/token at one "
-                   "stream on an H200, 1.20x at five) or machete (vLLM's default)")
+                   help="vLLM's kernel for the dense INT4 layers: marlin (faster a token at one "
+                   "stream, slower at several; docs/PERFORMANCE.md) or machete (vLLM's "
+                   "default)")
     g.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
                    help="one more flag for both servers, repeatable (e.g. --vllm-arg="
                    "--gdn-prefill-backend --vllm-arg=triton where flashinfer is missing)")

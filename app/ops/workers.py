@@ -1,9 +1,9 @@
 """`python -m app --workers N`: N app processes behind HAProxy, on the one public port.
 
 One app process serves a conversation's whole chain (VAD, ASR, the model's stream, TTS, the
-socket) under one interpreter lock; on a GPU host past ~8 conversations the turns wait for
-that process, not for the GPU (docs/PERFORMANCE.md, capacity). Workers are whole apps, each
-on its own loopback port with its own models, slots and records; HAProxy (Debian's
+socket) under one interpreter lock; on a GPU host, past a few conversations the turns wait
+for that process, not for the GPU (docs/PERFORMANCE.md, capacity). Workers are whole apps,
+each on its own loopback port with its own models, slots and records; HAProxy (Debian's
 `haproxy`, an existing balancer: nothing here forwards a byte) listens where the app would,
 terminates HTTPS when asked, and keeps each browser or script on the worker that holds its
 session: a cookie it inserts on the first answer (the page's fetches, Gradio's stream and

@@ -235,11 +235,10 @@ class Asr:
             read, detected = self._decode_window(self.model, audio, lang, window, warmer)
             if self.detector is not None and lang == "auto" and \
                     (read.score < UNSURE or compression_ratio(read.text) > MAX_COMPRESSION):
-                # the English-only model is unsure (measured: English clips score -0.06 to
-                # -0.50, Mandarin ones -0.90 to -1.42 or loop). It is more often so in a
-                # short window, and there the multilingual model took English for Japanese
-                # (twice in the live runs of docs/PERFORMANCE.md): hear it in the longer
-                # window first.
+                # the English-only model is unsure (English clips score above `UNSURE`,
+                # Mandarin ones below it or loop: docs/PERFORMANCE.md). It is more
+                # often so in a short window, and there the multilingual model can take
+                # English for Japanese: hear it in the longer window first.
                 if longer < 30:
                     log.info("turn %s: unsure in the %.0f s window (%r); reading the %.0f s "
                              "window", turn_id, window, read.text[:120], longer)
@@ -329,7 +328,7 @@ class Asr:
 
     def languages(self, audio: np.ndarray, window: float | None = None) -> dict[str, float]:
         """The multilingual detector's probability of each language for `audio`, highest
-        first ({"en": 0.93, "la": 0.02, ...}), in `window` (default: the one `_transcribe`
+        first ({"en": p, "la": q, ...}), in `window` (default: the one `_transcribe`
         asks it in, the longest that holds the clip short of Whisper's full window)."""
         encoded = self._encode(self.detector, [audio], window or self.detect_window(audio))
         return probabilities(self.detector.model, encoded)
@@ -357,7 +356,7 @@ class Asr:
             prompt = [tok.sot_prev, *tok.encode(" " + self.cfg.zh_prompt), *prompt]
         options = {"beam_size": self.cfg.beam_size} if temperature == 0 else \
             {"beam_size": 1, "sampling_topk": 0, "sampling_temperature": temperature}
-        # a spoken turn holds at most ~5 tokens a second: a loop cannot run on
+        # a spoken turn holds far fewer tokens a second than this: a loop cannot run on
         results = whisper.generate(encoded, [prompt] * count,
                                    max_length=len(prompt) + int(16 + 8 * seconds),
                                    suppress_blank=True, return_scores=True,

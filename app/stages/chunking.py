@@ -9,8 +9,7 @@ long again as the one before, up to `phrase_max_words`, so the next piece is dec
 synthesised while the one before plays. A piece is decoded and then synthesised before
 it can play, so where both together take about as long as speaking it (the 2-core CPU
 demo), a phrase much longer than the one before leaves the reply silent between them
-(14 words after a first piece of 3, or phrases that double, did there: docs/PERFORMANCE.md,
-"Silence inside the reply").
+(docs/PERFORMANCE.md, "Silence inside the reply").
 
 A full stop ends a sentence unless it closes a real abbreviation ("Mr.", "e.g.", "a.m.", a
 single initial), sits inside a number ("3.5" has no space after the dot) or numbers a list

@@ -63,19 +63,19 @@ class TurnConfig:
     """Such words commit after the fixed silence (`VadConfig.silence_ms`) instead, where
     Whisper gave a closing mark at least this probability at their end
     (`Transcript.close_p`): it nearly wrote one, and the words cannot tell. Finished
-    sentences left unclosed kept 0.22-0.54 there, but so did halves said with a short gap
-    inside ("Why is the sky" 0.33, "Tell me the fun fact" 0.45: tiny.en on a GPU),
-    where misread halves kept 0.05-0.23 ("Please", "Remind me, Lord"): not a sign of the
-    end, only that the words are unsure (docs/PERFORMANCE.md). A loop's first copy of a
-    finished question read 0.25-0.30 at some start shifts (CTranslate2 on oneDNN reads
-    lower than on MKL by up to 0.05): at 0.3 those would wait `unmarked_ms`. 1.0: never."""
+    sentences left unclosed mostly read above it, but so did some halves said with a short
+    gap inside ("Why is the sky"), while misread halves ("Please", "Remind me, Lord") read
+    below it: not a sign of the end, only that the words are unsure. It is low enough that
+    a loop's first copy of a finished question, which reads a little lower on CTranslate2's
+    oneDNN path than on MKL, still clears it instead of waiting `unmarked_ms`
+    (docs/PERFORMANCE.md). 1: never."""
     model_done: float = 0.1
-    """The model's end-of-message probability at or above which the turn commits at once
-    (SmolLM2-135M gave finished sentences 0.0-0.7, median ~0.05; choose it for the served
-    model with `python -m bench.turn_detection --base-url`)."""
+    """The model's end-of-message probability at or above which the turn commits at once. A
+    small model gives even finished sentences a low one, so it is low; choose it for the
+    served model with `python -m bench.turn_detection --base-url` (docs/PERFORMANCE.md)."""
     model_unfinished: float = 0.01
-    """Below it the utterance is held as unfinished (up to `cap_ms`): SmolLM2-135M gave
-    sentences cut at a pause 0.0-0.02."""
+    """Below it the utterance is held as unfinished (up to `cap_ms`): sentences cut at a
+    pause read far lower than finished ones (docs/PERFORMANCE.md)."""
     audio_done: float = 0.5
     """Smart Turn's P(complete) at or above which the turn commits at once."""
     continue_ms: int = 1500

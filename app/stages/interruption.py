@@ -7,8 +7,8 @@ voice coming back through the speakers where the browser's echo canceller let it
 Only the first may cut the reply. The words come from the same ASR as the turns.
 
 Words alone cannot tell a hum from a remark: Whisper tiny.en reads a synthetic "Mhm." as
-"and may come" (-0.95), "and make CHEM" (-0.5), "in a month" or "MHM" depending on the
-take and on the CPU's instruction set (measured with CTranslate2's paths for two). So
+"and may come", "and make CHEM", "in a month" or "MHM" depending on the take and on the
+CPU's instruction set (CTranslate2's paths differ there: docs/PERFORMANCE.md). So
 `app/core/conversation.py` pauses the reply and lets a command word ("stop", "wait") interrupt
 at once, any other words only if the user keeps talking over the paused reply: a hum, a
 cough and the agent's own echo (it stops with the reply) do not.
@@ -33,9 +33,9 @@ COMMANDS = frozenset({
 })
 
 MIN_SCORE = -1.2
-"""Below this mean token log-probability the words are a guess: no words. Measured in the
-browser tests: interruptions -0.36 to -1.07 (half a second of speech is hard to read),
-Whisper's guesses at a hum ("Mhm." heard as "and may Chen") -1.30 to -1.63."""
+"""Below this mean token log-probability the words are a guess: no words. In the browser
+tests interruptions score above it, though half a second of speech is hard to read, and
+Whisper's guesses at a hum ("Mhm." heard as "and may Chen") below it (docs/PERFORMANCE.md)."""
 HUM = frozenset("mhnu")  # "Mhm" comes back as "M.H.N.", "M.H.M.H.", "Hmm"
 
 
@@ -56,7 +56,7 @@ def verdict(heard: str, agent_text: str, score: float = 0.0, went_on: bool = Fal
         # itself ("stay healthy, staying warm, stay safe") heard back
         return "echo" if echo else "noise"
     if any(x in COMMANDS for x in w) and not echo:
-        return "command"  # read even when unsure: "wait stop" came back at -1.24
+        return "command"  # read even when unsure: "wait stop" can come back below `MIN_SCORE`
     if score < MIN_SCORE and not (went_on and len(w) >= 2):
         # a guess at a sound. Not so the user talking on over the silent reply (else the
         # rest of a sentence said over the reply, read "Okay, that's good." with a low

@@ -24,8 +24,8 @@ CERTAIN_LANGUAGE = 0.95
 
 
 def probabilities(whisper, encoded) -> dict[str, float]:
-    """Whisper's language probabilities for one encoded window, highest first ({"en": 0.93,
-    "la": 0.02, ...}; `whisper`: a ctranslate2.models.Whisper)."""
+    """Whisper's language probabilities for one encoded window, highest first ({"en": p,
+    "la": q, ...}; `whisper`: a ctranslate2.models.Whisper)."""
     return {tok[2:-2]: p for tok, p in whisper.detect_language(encoded)[0]}  # "<|zh|>"
 
 
@@ -55,9 +55,9 @@ def close_probability(result, ids: list[int], marks: list[int]) -> float | None:
     mark: the probability the decoder gave one of `marks` at the next step, where it chose
     the end, or the loop's next copy, instead (from the step's log-probabilities,
     `return_logits_vocab`). None where they close with a mark, or the step is not there.
-    Low at most pauses inside a sentence (0.00-0.17 on the labelled set and in the page);
-    finished sentences left unclosed kept 0.22-0.54, but so did some halves cut at a short
-    gap ("Why is the sky" 0.33): docs/PERFORMANCE.md."""
+    Low at most pauses inside a sentence (on the labelled set and in the page); higher for
+    finished sentences left unclosed, but also for some halves cut at a short gap ("Why is
+    the sky"): docs/PERFORMANCE.md."""
     if not ids or ids[-1] in marks or not result.logits or len(result.logits[0]) <= len(ids):
         return None
     import ctranslate2
@@ -93,7 +93,8 @@ def window_mel(fe, audio: np.ndarray, frames: int) -> np.ndarray:
     faster-whisper's extractor gives them for its full window of padding (equal to 1e-7), at
     the cost of the audio alone: for a short clip the STFT of the padding is most of the
     extractor's time. A frame of padded zeros is the floor the extractor clamps to:
-    8 (in log10 units, 2 after its scaling) under the loudest frame, at most -1.5."""
+    8 (in log10 units, 2 after its scaling) under the loudest frame, at most that of a zero,
+    (log10(1e-10) + 4) / 4."""
     mel = fe(audio, padding=fe.n_fft)[:, :frames]  # one FFT of zeros: the last frames exact
     if mel.shape[1] < frames:
         floor = max(-1.5, float(mel.max()) - 2.0)
