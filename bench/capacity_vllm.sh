@@ -6,12 +6,14 @@
 #   bash bench/capacity_vllm.sh RES NAME "VLLM_FLAGS" [CAPACITY] [APP_EXTRA]
 #     RES/NAME/   capacity.{json,md}, app.log, vllm_metrics.{json,md}, vllm_samples.json.gz,
 #                 vllm-primary.log (bench/h200_voice.sh's and bench.vllm_metrics' files)
-#   bash bench/capacity_vllm.sh start "VLLM_FLAGS"   # start that server, return at once
-# The app's flags are the README's many-callers ones for 64 (APP_EXTRA: more). Defaults:
-# CAPACITY=64,64,1 (two points of 64 callers, then one conversation), 5 clips a caller.
+#   bash bench/capacity_vllm.sh start "VLLM_FLAGS" [SEQS]  # start that server, return at once
+# The app's flags are the README's many-callers ones for 64 (APP_EXTRA: more), with the
+# server's --max-num-seqs and the app's --max-sessions sized to the largest N of CAPACITY
+# (a sweep to 96 is not refused at 64). Defaults: CAPACITY=64,64,1 (two points of 64
+# callers, then one conversation), 5 clips a caller.
 set -uo pipefail
-server() {  # the primary with --max-num-seqs 64 and these flags, unless it is already up
-  local want="--max-num-seqs 64 $1"
+server() {  # the primary with --max-num-seqs SEQS and these flags, unless it is already up
+  local want="--max-num-seqs $SEQS $1"
   if [ "$(cat logs/capacity-vllm.flags 2>/dev/null)" = "$want" ] && [ -f logs/gpu-servers.pid ]
   then return 0; fi
   [ -f logs/gpu-servers.pid ] && bash bench/h200_voice.sh stop
@@ -19,6 +21,10 @@ server() {  # the primary with --max-num-seqs 64 and these flags, unless it is a
   echo "$want" >logs/capacity-vllm.flags
   ANCHOR=off VLLM_FLAGS="$want" bash bench/h200_voice.sh servers
 }
+CAPACITY=${4:-64,64,1}
+SEQS=$(tr ',' '\n' <<<"$CAPACITY" | sort -n | tail -1)
+[ "$SEQS" -ge 64 ] || SEQS=64
+[ "$1" = start ] && SEQS=${3:-64}  # `start`: the server alone, for 64 callers unless told
 mkdir -p logs
 UNPACK_ONLY=1 bash bench/h200_voice.sh unpack || exit 1
 if [ "$1" = start ]; then server "$2"; exit; fi
@@ -41,7 +47,7 @@ mkdir -p "$RES/$NAME"
 # DEADLINE (epoch s, above): the run is stopped (SIGINT: the app is stopped, the points so far
 # kept) in time for the call to end by then
 left=$(( DEADLINE - $(date +%s) ))
-ASR_DEVICE=cuda SERVERS=running CAPACITY=${4:-64,64,1} APP_FLAGS="--tts-stand-in --max-sessions 64 \
+ASR_DEVICE=cuda SERVERS=running CAPACITY=$CAPACITY APP_FLAGS="--tts-stand-in --max-sessions $SEQS \
 --workers 8 --model-after-ms 96 ${5:-}" timeout -s INT $left python3 -m bench.vllm_metrics --url http://127.0.0.1:8000 \
   --out "$RES/$NAME" -- bash bench/h200_voice.sh "$RES/$NAME" 5 >"$RES/$NAME/run.log" 2>&1
 echo "rc $? after $(( $(date +%s) - t0 )) s"
