@@ -78,3 +78,14 @@ def test_words_read_unsure_are_words_once_the_voice_went_on_over_the_paused_repl
                    went_on=True) == "noise"
     assert verdict("the capital of France is", REPLY, score=-1.5, went_on=True) == "echo"
     assert verdict("", REPLY, went_on=True) == "noise"
+
+
+def test_a_sound_stuttered_into_one_word_is_a_loop_not_words():
+    # the echo of a numbered list, read in the 10 s window as one hyphenated stutter: it
+    # stopped the reply and became a turn of its own
+    said = "9. Keep your home cozy-keep it cool! 10. Don't forget the fire"
+    assert verdict("K-K-K-K-K-K-K", said, score=-0.98) == "noise"
+    assert verdict("K-K-K-K-K-K-K-K", said, score=-0.77, went_on=True) == "noise"
+    # words with a hyphen, and a word said again, are still words
+    assert verdict("Bye-bye, see you tomorrow", REPLY) == "words"
+    assert verdict("no no no, the other one", REPLY) == "words"
