@@ -115,18 +115,28 @@ class VoiceClient:
     # --- the audio channel ----------------------------------------------------------------
     def open(self, sid: str = "") -> VoiceClient:
         """Connect under `sid`, or under a new session the app issues."""
+        from websockets.exceptions import ConnectionClosed
         from websockets.sync.client import connect
 
         self.sid = sid or self._json("agent/session", "POST")["sid"]  # type: ignore[index]
         url = self.base_url.replace("http", "ws", 1) + f"agent/ws/{self.sid}"
         cookies = "; ".join(f"{c.name}={c.value}" for c in self._http.cookies.jar)
-        try:
-            self._ws = connect(url, max_size=None, ssl=self._ssl(url),
-                               open_timeout=self.timeout_s,
-                               additional_headers={"Cookie": cookies} if cookies else None)
-        except TimeoutError as exc:
-            raise ConnectionError(f"{url}: no answer to the audio channel's handshake in "
-                                  f"{self.timeout_s:g} s") from exc
+        for attempt in (1, 2):
+            try:
+                self._ws = connect(url, max_size=None, ssl=self._ssl(url),
+                                   open_timeout=self.timeout_s,
+                                   additional_headers={"Cookie": cookies} if cookies else None)
+                break
+            except TimeoutError as exc:
+                raise ConnectionError(f"{url}: no answer to the audio channel's handshake in "
+                                      f"{self.timeout_s:g} s") from exc
+            except (ssl.SSLError, ConnectionClosed) as exc:
+                # over TLS the sync client reads on its own thread while this one writes the
+                # upgrade request; a session ticket arriving then can break the connection
+                # before the server saw the request (the session is not taken): once more
+                if attempt == 2:
+                    raise ConnectionError(f"{url}: the audio channel's handshake failed "
+                                          f"twice ({exc!r})") from exc
         first = json.loads(self._ws.recv(timeout=self.timeout_s))
         if first.get("type") == "busy":  # a released session's slot was taken meanwhile
             self.close()
