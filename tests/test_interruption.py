@@ -86,6 +86,10 @@ def test_a_sound_stuttered_into_one_word_is_a_loop_not_words():
     said = "9. Keep your home cozy-keep it cool! 10. Don't forget the fire"
     assert verdict("K-K-K-K-K-K-K", said, score=-0.98) == "noise"
     assert verdict("K-K-K-K-K-K-K-K", said, score=-0.77, went_on=True) == "noise"
-    # words with a hyphen, and a word said again, are still words
+    # words with a hyphen, a word said again, and a stutter inside words are the user's
     assert verdict("Bye-bye, see you tomorrow", REPLY) == "words"
     assert verdict("no no no, the other one", REPLY) == "words"
+    assert verdict("I-I-I think you should stop", REPLY) == "command"
+    assert verdict("Wait-wait-wait!", REPLY) == "words"
+    assert verdict("No-no-no, stop.", REPLY) == "command"
+    assert verdict("Uh-uh-uh, what about Spain?", REPLY) == "words"

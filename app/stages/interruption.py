@@ -68,12 +68,14 @@ def verdict(heard: str, agent_text: str, score: float = 0.0, went_on: bool = Fal
 
 
 def loops(w: list[str]) -> bool:
-    """A phrase of two or three words said three times or more, or one sound stuttered
-    into a word ("K-K-K-K"): Whisper looping on a sound it cannot read (a short text
-    escapes the compression check)."""
+    """A phrase of two or three words said three times or more, or nothing but a letter
+    stuttered ("K-K-K-K"): Whisper looping on a sound it cannot read (a short text escapes
+    the compression check). A stutter inside words ("I-I-I think you should stop") is the
+    user's."""
     from collections import Counter
 
-    if any(len(parts := x.split("-")) >= 3 and len(set(parts)) == 1 for x in w):
+    if all(len(parts := x.split("-")) >= 3 and len(set(parts)) == 1 and len(parts[0]) == 1
+           for x in w):
         return True
     for n in (2, 3):
         grams = Counter(tuple(w[i:i + n]) for i in range(len(w) - n + 1))
