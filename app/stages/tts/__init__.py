@@ -67,8 +67,9 @@ class FallbackTts:
                 pcm, rate = engine.synthesize(text, language)
             except TtsError as exc:
                 log.warning("TTS %s failed: %s", engine.name, exc)
-                self._down_until[engine.name] = time.monotonic() + self.retry_after_s
-                self._down_reason[engine.name] = str(exc)
+                if engine.online:  # an outage: the next pieces do not wait for it
+                    self._down_until[engine.name] = time.monotonic() + self.retry_after_s
+                    self._down_reason[engine.name] = str(exc)
                 notes.append(f"{engine.name} {exc}")
                 continue
             return pcm, rate, engine.name, "; ".join(notes)

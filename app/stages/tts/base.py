@@ -48,6 +48,10 @@ class TtsError(RuntimeError):
 class TtsEngine(Protocol):
     name: str
     languages: tuple[str, ...]
+    online: bool
+    """A service that can be down for a while (edge-tts): after a failure it is skipped for
+    `FallbackTts.retry_after_s`. An offline voice that fails on one text is tried again on
+    the next."""
 
     def setup(self) -> None: ...
 

@@ -15,6 +15,7 @@ RATE = 24000
 class EdgeTts:
     name = "edge"
     languages = ("en", "zh")
+    online = True
 
     def __init__(self, cfg: TtsConfig) -> None:
         self.cfg = cfg

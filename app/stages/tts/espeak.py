@@ -16,6 +16,7 @@ VOICES = {"en": "en-us", "zh": "cmn"}
 class EspeakTts:
     name = "espeak"
     languages = ("en", "zh")
+    online = False
 
     def setup(self) -> None:
         if shutil.which("espeak-ng") is None:

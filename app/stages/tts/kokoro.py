@@ -22,6 +22,7 @@ VOICE = "jf_alpha"
 class KokoroTts:
     name = "kokoro"
     languages = ("zh",)
+    online = False
 
     def __init__(self) -> None:
         self.model = None

@@ -12,6 +12,7 @@ from app.stages.tts.base import TtsError
 class PiperTts:
     name = "piper"
     languages = ("en",)
+    online = False
 
     def __init__(self, voice_path: str = "", threads: int = 0) -> None:
         self.voice_path = voice_path
