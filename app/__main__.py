@@ -137,7 +137,7 @@ def run_workers(args: argparse.Namespace, argv: list[str], servers: list[VllmSer
     folder = tempfile.TemporaryDirectory(prefix="voice-agent-hosts-")
     asr = AsrHost(cfg.asr, Path(folder.name))
     endpoints["--asr-host"] = asr.address
-    tts = TtsHost(cfg.tts, Path(folder.name)) if cfg.tts.shared else None
+    tts = TtsHost(cfg.tts, Path(folder.name), cfg.cpus) if cfg.tts.shared else None
     if tts is not None:
         endpoints["--tts-host"] = tts.address
     workers = Workers(argv, args.workers, cfg.host, cfg.port, cfg.max_sessions, cfg.cpus,

@@ -26,7 +26,8 @@ def test_workers_share_the_parents_voice(tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match=KEY_ENV):  # a worker started by hand
         RemoteTts(str(tmp_path / "tts.sock")).setup()
     cfg = TtsConfig(engine="piper")
-    host = TtsHost(cfg, tmp_path).start()
+    assert TtsHost(cfg, tmp_path, cpus=(0,)).readers == 1  # sized by `--cpus`
+    host = TtsHost(cfg, tmp_path, cpus=(0,)).start()
     try:
         own = build_tts(cfg, threads=1)
         own.setup()
@@ -43,9 +44,11 @@ def test_workers_share_the_parents_voice(tmp_path, monkeypatch):
         # a language piper has no voice for: read by it all the same, and the turn says so
         _, _, engine, note = workers[0].synthesize("你好", "zh")
         assert engine == "piper" and note == "no zh voice: read by piper"
-        # the voice's own failure: the worker's turn gets it as the voice's TtsError
+        # the voice's own failure: the worker's turn gets it as the voice's TtsError; an
+        # offline voice is not taken for down, so the next clause, any worker's, is read
         with pytest.raises(TtsError, match="piper produced no audio"):
             workers[1].synthesize("...", "en")
+        assert workers[0].synthesize(LINES[0], "en")[2] == "piper"
     finally:
         host.stop()
     with pytest.raises(TtsError, match="went away|does not answer"):  # the parent is gone

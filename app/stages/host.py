@@ -41,15 +41,23 @@ class Host:
 
     def __init__(self, name: str, folder: Path, key_env: str,
                  handle: Callable[..., object], hello: Callable[[], object],
-                 concurrency: int) -> None:
+                 concurrency: int, cpus: tuple[int, ...] = ()) -> None:
         self.name = name
         self.address = str(folder / f"{name}.sock")
         self.key_env = key_env
         self.key = secrets.token_bytes(32)
         self._handle = handle
         self._hello = hello
-        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix=f"{name}-host")
+        self.cpus = cpus
+        """Cores the calls run on (empty: the process's): `--cpus` keeps them off the cores
+        a model server spins on."""
+        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix=f"{name}-host",
+                                        initializer=self._pin)
         self._listener: Listener | None = None
+
+    def _pin(self) -> None:
+        if self.cpus:
+            os.sched_setaffinity(0, self.cpus)  # this thread only
 
     def start(self) -> None:
         self._listener = Listener(self.address, "AF_UNIX", authkey=self.key)
@@ -81,17 +89,20 @@ class Host:
             with sending:
                 try:
                     conn.send((ident, reply))
-                except OSError:  # that worker is gone
+                except (OSError, TypeError, ValueError):  # that worker is gone
                     pass
+                except Exception as exc:  # a reply that cannot travel: the call fails
+                    conn.send((ident, Failure(type(exc).__name__, str(exc))))
 
         conn.send(("hello", self._hello()))
-        with conn:
-            while True:
-                try:
-                    ident, args = conn.recv()
-                except (EOFError, OSError):
-                    return
-                self._pool.submit(answer, ident, args)
+        while True:
+            try:
+                ident, args = conn.recv()
+            except (EOFError, OSError):
+                with sending:  # not while an answer is being written
+                    conn.close()
+                return
+            self._pool.submit(answer, ident, args)
 
     def stop(self) -> None:
         if self._listener is not None:
@@ -160,6 +171,7 @@ class Remote:
                 else:
                     done.set_result(reply)
         except (EOFError, OSError) as exc:
+            conn.close()
             with self._lock:  # every call in flight fails; the next call connects again
                 self._conn = None
                 waiting, self._waiting = self._waiting, {}

@@ -130,6 +130,8 @@ class VoiceClient:
             except TimeoutError as exc:
                 raise ConnectionError(f"{url}: no answer to the audio channel's handshake in "
                                       f"{self.timeout_s:g} s") from exc
+            except ssl.SSLCertVerificationError:
+                raise
             except (ssl.SSLError, ConnectionClosed) as exc:
                 # over TLS the sync client reads on its own thread while this one writes the
                 # upgrade request; a session ticket arriving then can break the connection

@@ -3,13 +3,16 @@ by the parent (`app.stages.host`).
 
 A worker's own voice reads on the worker's share of the cores: when two of its conversations
 need a clause at once they take turns there, while another worker's cores may sit idle. In
-the parent, every worker's clauses wait in one queue for a pool of readers, each with a few
-threads, on all the cores the parent may use.
+the parent, every worker's clauses wait in one queue for a pool of readers on the cores the
+app may use (`--cpus`, else all the parent's): each reading runs on its reader's thread and
+shares one small onnxruntime pool with the others, so half the cores read at once and the
+rest stay free for the workers.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +24,7 @@ from app.stages.tts.base import TtsConfig
 KEY_ENV = "VOICE_AGENT_TTS_KEY"
 """The environment variable that hands the socket's key to the workers."""
 THREADS_PER_READING = 2
-"""onnxruntime's threads for one clause in the host: a short clause gains little from more,
-and the rest of the cores read other conversations' clauses at the same time."""
+"""Cores per clause read at once: a short clause gains little from more."""
 
 
 def readers(cores: int) -> int:
@@ -33,15 +35,30 @@ def readers(cores: int) -> int:
 class TtsHost(Host):
     """The parent's side: the voices (`build_tts`), reading every worker's clauses."""
 
-    def __init__(self, cfg: TtsConfig, folder: Path) -> None:
-        cores = len(os.sched_getaffinity(0))
+    def __init__(self, cfg: TtsConfig, folder: Path, cpus: tuple[int, ...] = ()) -> None:
+        cores = len(cpus or os.sched_getaffinity(0))
         self.tts = build_tts(cfg, threads=min(THREADS_PER_READING, cores))
         self.readers = readers(cores)
         super().__init__("tts", folder, KEY_ENV, self.tts.synthesize, lambda: self.readers,
-                         self.readers)
+                         self.readers, cpus)
 
     def start(self) -> TtsHost:
-        self.tts.setup()
+        # the voices' own threads are made now, and take the affinity of the thread that
+        # makes them
+        error: list[BaseException] = []
+
+        def setup() -> None:
+            try:
+                self._pin()
+                self.tts.setup()
+            except BaseException as exc:  # raised again on the caller's thread
+                error.append(exc)
+
+        thread = threading.Thread(target=setup, name="tts-host-setup")
+        thread.start()
+        thread.join()
+        if error:
+            raise error[0]
         super().start()
         return self
 
