@@ -173,8 +173,12 @@ def quiet(entries: list[dict]) -> bool:
 def ask_and_wait_audible(page, clips) -> int:
     """Once the agent is silent (as a person would wait), say the question; return the turn
     id of the reply once it is audible. A run that went wrong (the echo taken for a question)
-    does not spill into the next."""
-    wait_for(page, quiet)
+    does not spill into the next: a turn the echo made has its reply heard out first."""
+    try:  # every user turn's reply audible once and over
+        wait_for(page, lambda e: quiet(e) and len(user_messages(page)) <= len(
+            reports(e, "audible")), timeout_s=20)
+    except AssertionError:  # a turn with no reply to wait for (merged into the next)
+        wait_for(page, quiet)
     before = len(reports(log(page), "audible"))
     say(page, clips["question"])
     entries = wait_for(page, lambda e: len(reports(e, "audible")) > before)
