@@ -12,7 +12,6 @@ rest stay free for the workers.
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -43,22 +42,9 @@ class TtsHost(Host):
                          self.readers, cpus)
 
     def start(self) -> TtsHost:
-        # the voices' own threads are made now, and take the affinity of the thread that
-        # makes them
-        error: list[BaseException] = []
-
-        def setup() -> None:
-            try:
-                self._pin()
-                self.tts.setup()
-            except BaseException as exc:  # raised again on the caller's thread
-                error.append(exc)
-
-        thread = threading.Thread(target=setup, name="tts-host-setup")
-        thread.start()
-        thread.join()
-        if error:
-            raise error[0]
+        # the voices' own threads are made now and take the affinity of the thread that
+        # makes them: one of the host's pinned readers
+        self._pool.submit(self.tts.setup).result()
         super().start()
         return self
 
