@@ -36,8 +36,12 @@ def test_kokoro_speaks_mandarin_that_whisper_understands():
     from app.stages.audio import resample
     from tests.conftest import word_recall
 
-    tts = KokoroTts()
+    tts = KokoroTts(threads=1)
     tts.setup()
+    # its own pool, as asked, that does not spin (the package's would take every core)
+    options = tts.model.sess.get_session_options()
+    assert options.intra_op_num_threads == 1
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     pcm, rate = tts.synthesize("我们明天下午去公园散步吧。", "zh")
     assert_speech(pcm, rate)
     asr = Asr(AsrConfig(language="zh"))

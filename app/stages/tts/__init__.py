@@ -87,14 +87,15 @@ class FallbackTts:
 
 
 def build_tts(cfg: TtsConfig, threads: int = 0) -> FallbackTts:
-    """The engines `cfg.engine` names; `threads`: piper's for one clause (0: all the
-    process's cores)."""
+    """The engines `cfg.engine` names; `threads`: an offline voice's for one clause (0: all
+    the process's cores)."""
     from app.stages.tts.edge import EdgeTts
     from app.stages.tts.espeak import EspeakTts
     from app.stages.tts.kokoro import KokoroTts
     from app.stages.tts.piper import PiperTts
 
-    offline: list[TtsEngine] = [PiperTts(cfg.piper_voice, threads), KokoroTts(), EspeakTts()]
+    offline: list[TtsEngine] = [PiperTts(cfg.piper_voice, threads), KokoroTts(threads),
+                                    EspeakTts()]
     chains: dict[str, list[TtsEngine]] = {
         "auto": [EdgeTts(cfg), *offline],
         "edge": [EdgeTts(cfg), *offline],

@@ -45,6 +45,22 @@ class TtsError(RuntimeError):
     pass
 
 
+def cpu_session(path: str, threads: int = 0):
+    """An onnxruntime session for a voice: `threads` for one reading (0: one per core this
+    process may use), and no spinning. The voices' own loaders size the pool by the
+    machine's cores and let its threads spin: beside a model server that spins on its own
+    cores, or other voices, that starves them all."""
+    import os
+
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads or len(os.sched_getaffinity(0))
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return onnxruntime.InferenceSession(path, sess_options=options,
+                                        providers=["CPUExecutionProvider"])
+
+
 class TtsEngine(Protocol):
     name: str
     languages: tuple[str, ...]

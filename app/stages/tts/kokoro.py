@@ -14,7 +14,7 @@ import os
 import numpy as np
 
 from app.paths import MODELS
-from app.stages.tts.base import TtsError
+from app.stages.tts.base import TtsError, cpu_session
 
 VOICE = "jf_alpha"
 
@@ -24,7 +24,9 @@ class KokoroTts:
     languages = ("zh",)
     online = False
 
-    def __init__(self) -> None:
+    def __init__(self, threads: int = 0) -> None:
+        self.threads = threads
+        """onnxruntime's threads for one reading; 0: one per core this process may use."""
         self.model = None
         self.g2p = None
 
@@ -45,7 +47,7 @@ class KokoroTts:
         with open(cache / ".join.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             path = model_path()
-        self.model = Kokoro(str(path), str(voices))
+        self.model = Kokoro.from_session(cpu_session(str(path), self.threads), str(voices))
         self.g2p = zh.ZHG2P()
 
     def synthesize(self, text: str, language: str) -> tuple[np.ndarray, int]:

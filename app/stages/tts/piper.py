@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.stages.tts.base import TtsError
+from app.stages.tts.base import TtsError, cpu_session
 
 
 class PiperTts:
@@ -22,23 +22,14 @@ class PiperTts:
 
     def setup(self) -> None:
         import json
-        import os
 
-        import onnxruntime
         from piper import PiperConfig, PiperVoice
 
         path = Path(self.voice_path) if self.voice_path else _packaged_voice()
         if not path.is_file():
             raise SystemExit(f"Piper voice {path} not found; pass --piper-voice VOICE.onnx.")
         config = PiperConfig.from_dict(json.loads(Path(f"{path}.json").read_text()))
-        # PiperVoice.load sizes onnxruntime's pool by the machine's cores and lets its
-        # threads spin: on a box whose other core vLLM spins on, that starves both. One
-        # thread per core this process may use (or the host's share, `threads`), no spinning.
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = self.threads or len(os.sched_getaffinity(0))
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        session = onnxruntime.InferenceSession(str(path), sess_options=options,
-                                               providers=["CPUExecutionProvider"])
+        session = cpu_session(str(path), self.threads)
         self.voice = PiperVoice(session=session, config=config)
 
     def synthesize(self, text: str, language: str) -> tuple[np.ndarray, int]:
