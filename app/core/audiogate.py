@@ -128,6 +128,7 @@ class AudioGate:
 
     def _send(self, chunk: SpeechChunk) -> None:
         on_sent = None
+        self.sent.append(chunk)
         if self.session.outbox is not None:
             # stamped before the bytes go: the page's report of them comes back on the event
             # loop's thread, which on a busy machine can run before this one does again

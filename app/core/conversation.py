@@ -28,6 +28,7 @@ from app.core.session import Session
 from app.core.turn import Turn
 from app.messages import RATE, EndOfTurn, MicBytes, MicFrame, PlayerReport, Transcript, VadEvent
 from app.metrics import TurnMetrics
+from app.stages.echo import ECHO_MATCH, echo_match, sent_audio
 from app.stages.endofturn import TurnDetector
 from app.stages.interruption import verdict
 from app.stages.vad import Endpointer
@@ -284,11 +285,14 @@ class Conversation:
         `c.turn_id` was saying."""
         reply = seat.turns.get(c.turn_id)
         spoken = " ".join(reply.pieces.values()) if reply is not None else ""
-        tr = self.agent.asr.process(c.turn_id, c.vad.audio[-CHECK_SAMPLES:])
-        said = verdict(tr.text, spoken, tr.score, c.went_on)
-        log.info("speech over turn %s (%s ms, at its %s%s): %r (score %.2f) -> %s; the agent "
-                 "was saying %r", c.turn_id, round(c.vad.speech_ms), c.at,
-                 ", reply paused" if c.pending else "", tr.text, tr.score, said, spoken[:160])
+        heard = c.vad.audio[-CHECK_SAMPLES:]
+        tr = self.agent.asr.process(c.turn_id, heard)
+        match = echo_match(heard, sent_audio(reply.sent)) if reply is not None else 0.0
+        said = verdict(tr.text, spoken, tr.score, c.went_on, match >= ECHO_MATCH)
+        log.info("speech over turn %s (%s ms, at its %s%s): %r (score %.2f, sound's echo "
+                 "match %.2f) -> %s; the agent was saying %r", c.turn_id, round(c.vad.speech_ms),
+                 c.at, ", reply paused" if c.pending else "", tr.text, tr.score, match, said,
+                 spoken[:160])
         return ft.Heard(c, said)
 
     def _start_voice(self, session: Session, seat: Seat, c: ft.StartTurn) -> ft.Started:

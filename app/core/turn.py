@@ -72,6 +72,9 @@ class Turn(AudioGate, ConversationLog):
     """Spoken pieces by index: what the player's `heard` shares refer to."""
     collect: list[SpeechChunk] | None = None
     """Every chunk of the reply, for API callers that want the whole reply's audio."""
+    sent: list[SpeechChunk] = field(default_factory=list, repr=False)
+    """The chunks that went out to the listener, in order: what speech over the reply is
+    matched against, to tell its echo (`app.stages.echo`)."""
     verdict: EndOfTurn | None = None
     """The end-of-turn decision on this speculative turn's transcript, once it came."""
     on_final: Callable[[TurnMetrics], None] | None = None

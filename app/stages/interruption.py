@@ -39,18 +39,21 @@ Whisper's guesses at a hum ("Mhm." heard as "and may Chen") below it (docs/PERFO
 HUM = frozenset("mhnu")  # "Mhm" comes back as "M.H.N.", "M.H.M.H.", "Hmm"
 
 
-def verdict(heard: str, agent_text: str, score: float = 0.0, went_on: bool = False) -> str:
+def verdict(heard: str, agent_text: str, score: float = 0.0, went_on: bool = False,
+            sounds_echo: bool = False) -> str:
     """"command" (a word that stops the agent), "echo" (the agent's own words),
     "backchannel", "noise" (no words, a guess or a loop) or "words" (anything else).
     `went_on`: the voice went on over the paused reply once it was silent; a hum, a cough
-    or the echo stops there, so two words or more read unsure are words still."""
+    or the echo stops there, so two words or more read unsure are words still.
+    `sounds_echo`: the audio follows the reply's own (`app.stages.echo`), whatever the
+    words were read as."""
     from app.stages.whisper_read import MAX_COMPRESSION, compression_ratio
 
     w = words(heard)
     if not w:
         return "noise"
     letters = "".join(w)
-    echo = echo_similarity(letters, "".join(words(agent_text))) >= ECHO_SIMILARITY
+    echo = sounds_echo or echo_similarity(letters, "".join(words(agent_text))) >= ECHO_SIMILARITY
     if compression_ratio(heard) > MAX_COMPRESSION or loops(w):
         # Whisper looping on a sound ("Stay warm. Stay warm. ..."), or a reply that repeats
         # itself ("stay healthy, staying warm, stay safe") heard back
