@@ -4,7 +4,8 @@ by the app's own voice (piper for English, Kokoro for Mandarin), and against it
 - its echo: a stretch of the reply through a room (a direct path and a decaying tail),
   a small speaker (no bass), at a delay and level drawn per clip;
 - a voice: a recorded question (voices no test uses), alone;
-- a voice over the echo: the same question with the echo under it, at three levels.
+- a voice over the echo: the same question with the echo under it, at three levels, and
+  with the echo louder than the voice.
 
 Each is matched against the whole reply, as the app matches what it heard against what it
 sent; the table gives each kind's spread and how many reach `ECHO_MATCH`.
@@ -36,8 +37,8 @@ REPLIES = {
           "如果下雨的话，就在家里看看书吧。",
 }
 CLIPS = {"en": "assets/over_set/en_*.flac", "zh": "assets/zh_set/zh_*.flac"}
-MIX_DB = (-12, -6, 0)
-"""The echo's level under the voice, in the mixtures."""
+MIX_DB = (-12, -6, 0, 6)
+"""The echo's level against the voice's, in the mixtures."""
 MAX_S = 4.0  # the interruption check's window
 
 
@@ -88,7 +89,7 @@ def cases(reply: np.ndarray, voices: list[np.ndarray], seed: int = 0):
         yield "voice", voice[:n] + quiet
         for db in MIX_DB:
             under = room / level(room) * level(voice[:n]) * 10 ** (db / 20)
-            yield f"voice + echo at {db} dB", voice[:n] + under + quiet
+            yield f"voice + echo at {db:+d} dB", voice[:n] + under + quiet
 
 
 def measure(language: str, limit: int = 0) -> dict[str, list[float]]:

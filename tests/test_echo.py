@@ -39,6 +39,7 @@ def test_the_echo_matches_and_a_voice_over_it_does_not(reply):
 def test_too_little_to_tell_is_no_match(reply):
     assert echo_match(reply[:RATE // 10], reply) == 0.0  # a tenth of a second
     assert echo_match(reply[:RATE], np.zeros(0, np.float32)) == 0.0  # nothing was sent
+    assert echo_match(reply[:RATE], reply[:RATE // 10]) == 0.0  # a tenth of a second was
 
 
 def test_the_sent_chunks_make_one_track_at_the_asrs_rate():
@@ -53,3 +54,6 @@ def test_an_echo_whose_words_were_misread_is_still_echo():
     said = "Stay warm and keep your home cozy."
     assert verdict("Take your home closing.", said, -0.4) == "words"
     assert verdict("Take your home closing.", said, -0.4, sounds_echo=True) == "echo"
+    # a command said over a loud echo: the sound matches the echo, the word still stops it
+    assert verdict("Stop, stop.", said, -0.4, sounds_echo=True) == "command"
+    assert verdict("Wait a moment.", said + " Wait a moment.", -0.4) == "echo"  # its own words

@@ -287,7 +287,10 @@ class Conversation:
         spoken = " ".join(reply.pieces.values()) if reply is not None else ""
         heard = c.vad.audio[-CHECK_SAMPLES:]
         tr = self.agent.asr.process(c.turn_id, heard)
-        match = echo_match(heard, sent_audio(reply.sent)) if reply is not None else 0.0
+        # speech that went on past the reply's silence holds the echo from before it: its
+        # sound cannot clear it, only its words
+        late = c.went_on or c.at == "after"
+        match = 0.0 if reply is None or late else echo_match(heard, sent_audio(reply.sent))
         said = verdict(tr.text, spoken, tr.score, c.went_on, match >= ECHO_MATCH)
         log.info("speech over turn %s (%s ms, at its %s%s): %r (score %.2f, sound's echo "
                  "match %.2f) -> %s; the agent was saying %r", c.turn_id, round(c.vad.speech_ms),

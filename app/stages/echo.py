@@ -28,11 +28,12 @@ syllables' peaks are compared: a room's tail and its noise fill the quiet betwee
 MIN_SPREAD = 0.05
 """A band whose log energy varies less than this (standard deviation) is flat."""
 MIN_FRAMES = 30
-"""Heard audio shorter than this (in hops) is too short to tell."""
+"""Heard or sent audio shorter than this (in hops) is too short to tell."""
 ECHO_MATCH = 0.7
-"""At or above this match the heard audio is the reply's echo. Set above what a voice over
-an echo as loud as itself reaches, so the user's words are never taken for the echo: a
-faint echo below it is left to its words (`bench/echo_match.py` draws the echoes', the
+"""At or above this match the heard audio is the reply's echo. Set above what voices over
+an echo as loud as themselves reached, so that the user's words are not taken for the echo
+(a command word still stops the agent: `app.stages.interruption.verdict`); a faint echo
+below it is left to its words (`bench/echo_match.py` draws the echoes', the
 voices' and the mixtures' matches; docs/PERFORMANCE.md)."""
 
 
@@ -69,10 +70,12 @@ def echo_match(heard: np.ndarray, spoken: np.ndarray) -> float:
     their log energies, from -1 to 1; 0 where either is too short to tell."""
     # the heard audio may begin before the reply did, or end after it (the speech detector
     # keeps a little audio from before the voice, and the echo comes late): quiet either side
+    if len(spoken) < MIN_FRAMES * HOP:
+        return 0.0
     pad = np.zeros(RATE, np.float32)
-    h, s = bands(heard), bands(np.concatenate([pad, spoken, pad]) if len(spoken) else spoken)
-    if len(h) > len(s):  # heard past the reply's end (its echo's tail, or more): its start
-        h = h[:len(s)]
+    h, s = bands(heard), bands(np.concatenate([pad, spoken, pad]))
+    if len(h) > len(s):  # longer than the whole reply and its quiet: the newest of it
+        h = h[len(h) - len(s):]
     n = len(h)
     if n < MIN_FRAMES:
         return 0.0

@@ -46,20 +46,24 @@ def verdict(heard: str, agent_text: str, score: float = 0.0, went_on: bool = Fal
     `went_on`: the voice went on over the paused reply once it was silent; a hum, a cough
     or the echo stops there, so two words or more read unsure are words still.
     `sounds_echo`: the audio follows the reply's own (`app.stages.echo`), whatever the
-    words were read as."""
+    words were read as; a command word still stops the agent."""
     from app.stages.whisper_read import MAX_COMPRESSION, compression_ratio
 
     w = words(heard)
     if not w:
         return "noise"
     letters = "".join(w)
-    echo = sounds_echo or echo_similarity(letters, "".join(words(agent_text))) >= ECHO_SIMILARITY
+    said_back = echo_similarity(letters, "".join(words(agent_text))) >= ECHO_SIMILARITY
+    echo = sounds_echo or said_back
     if compression_ratio(heard) > MAX_COMPRESSION or loops(w):
         # Whisper looping on a sound ("Stay warm. Stay warm. ..."), or a reply that repeats
         # itself ("stay healthy, staying warm, stay safe") heard back
         return "echo" if echo else "noise"
-    if any(x in COMMANDS for x in w) and not echo:
-        return "command"  # read even when unsure: "wait stop" can come back below `MIN_SCORE`
+    if any(x in COMMANDS for x in w) and not said_back:
+        # read even when unsure: "wait stop" can come back below `MIN_SCORE`. The sound
+        # does not outweigh it: a "stop" said over a loud echo matches the echo's sound,
+        # and the reply's own words already tell a command the reply said
+        return "command"
     if score < MIN_SCORE and not (went_on and len(w) >= 2):
         # a guess at a sound. Not so the user talking on over the silent reply (else the
         # rest of a sentence said over the reply, read "Okay, that's good." with a low
