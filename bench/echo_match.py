@@ -15,19 +15,15 @@ sent; the table gives each kind's spread and how many reach `ECHO_MATCH`.
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
-import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
 from app.metrics import percentile
-from app.ops.machine import describe, machine
 from app.paths import ROOT
 from app.stages.audio import RATE, resample
 from app.stages.echo import ECHO_MATCH, echo_match
+from bench import report
 
 REPLIES = {
     "en": "Stay warm and keep your home cozy. Drink plenty of water, get some rest, and wrap "
@@ -102,13 +98,8 @@ def measure(language: str, limit: int = 0) -> dict[str, list[float]]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "echo_match" /
-                    "echo_match")
-    args = ap.parse_args()
-    m = machine()
-    command = "python -m bench.echo_match " + " ".join(sys.argv[1:])
+    args = report.parser(__doc__, "echo_match").parse_args()
+    m, command, measured = report.header("bench.echo_match")
     rows = []
     for language in REPLIES:
         for kind, values in measure(language).items():
@@ -117,18 +108,12 @@ def main() -> None:
                          "p50": round(percentile(values, 50), 3),
                          "p90": round(percentile(values, 90), 3), "max": max(values),
                          "echo": sum(v >= ECHO_MATCH for v in values), "all": values})
-    lines = [f"Measured {dt.date.today()} on {describe(m)}; command: `{command}`. Echo at or "
-             f"above a match of {ECHO_MATCH}.", "",
+    lines = [f"{measured} Echo at or above a match of {ECHO_MATCH}.", "",
              "| language | heard | clips | min | p10 | p50 | p90 | max | taken for echo |",
              "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['language']} | {r['kind']} | {r['n']} | {r['min']} | {r['p10']} | "
               f"{r['p50']} | {r['p90']} | {r['max']} | {r['echo']} of {r['n']} |" for r in rows]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(
-        {"date": str(dt.date.today()), "command": command, "machine": m,
-         "echo_match": ECHO_MATCH, "rows": rows}, indent=1))
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    report.write(args.out, m, command, lines, echo_match=ECHO_MATCH, rows=rows)
 
 
 if __name__ == "__main__":

@@ -12,18 +12,12 @@ gives each session's time per clause and their ratio, pair by pair.
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
-import json
 import multiprocessing as mp
 import statistics
-import sys
 import time
-from pathlib import Path
 
 from app.metrics import percentile
-from app.ops.machine import describe, machine
-from app.paths import ROOT
+from bench import report
 
 CLAUSES = {
     "kokoro": ["你好。", "今天天气很好，", "我们明天下午去公园散步吧。", "好的，我来帮你查一下。"],
@@ -89,17 +83,13 @@ def measure(voice: str, rounds: int) -> list[dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "voice_threads" /
-                    "voice_threads")
+    ap = report.parser(__doc__, "voice_threads")
     ap.add_argument("--voice", choices=sorted(CLAUSES), default="kokoro")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--busy", default="0,1",
                     help="processes kept spinning meanwhile, one setting each (comma-separated)")
     args = ap.parse_args()
-    m = machine()
-    command = "python -m bench.voice_threads " + " ".join(sys.argv[1:])
+    m, command, measured = report.header("bench.voice_threads")
     rows = []
     for busy in [int(x) for x in args.busy.split(",")]:
         stop = mp.Event()
@@ -120,20 +110,14 @@ def main() -> None:
             for k in ("package", "app")},
             "ratio_p50": round(statistics.median(ratios), 2),
             "ratio_min": round(min(ratios), 2), "ratio_max": round(max(ratios), 2)})
-    lines = [f"Measured {dt.date.today()} on {describe(m)}; command: `{command}`. "
-             f"{args.voice}, {len(CLAUSES[args.voice])} clauses x {args.rounds} rounds, each "
-             "read by both sessions in turn.", "",
+    lines = [f"{measured} {args.voice}, {len(CLAUSES[args.voice])} clauses x {args.rounds} "
+             "rounds, each read by both sessions in turn.", "",
              "| processes spinning | package p50 / p90 ms | app p50 / p90 ms | "
              "app / package p50 (min-max) |", "|---|---|---|---|"]
     lines += [f"| {r['busy']} | {r['package_ms_p50']} / {r['package_ms_p90']} | "
               f"{r['app_ms_p50']} / {r['app_ms_p90']} | {r['ratio_p50']} "
               f"({r['ratio_min']}-{r['ratio_max']}) |" for r in rows]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(
-        {"date": str(dt.date.today()), "command": command, "machine": m, "voice": args.voice,
-         "rows": rows}, indent=1))
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    report.write(args.out, m, command, lines, voice=args.voice, rows=rows)
 
 
 if __name__ == "__main__":
