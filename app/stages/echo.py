@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from app.messages import RATE, SpeechChunk
+from app.stages.audio import resample
 
 FRAME = RATE // 40  # a frame of speech
 HOP = RATE // 100
@@ -56,8 +57,6 @@ def bands(x: np.ndarray) -> np.ndarray:
 
 def sent_audio(chunks: list[SpeechChunk]) -> np.ndarray:
     """The chunks a reply sent, one after another, as one 16 kHz track."""
-    from app.stages.audio import resample
-
     if not chunks:
         return np.zeros(0, np.float32)
     return np.concatenate([resample(c.pcm.astype(np.float32) / 32768, c.sample_rate)
@@ -68,10 +67,10 @@ def echo_match(heard: np.ndarray, spoken: np.ndarray) -> float:
     """How well `heard` (16 kHz) follows some stretch of `spoken` (16 kHz, what the agent
     sent), at the best delay: the mean over bands of the normalised cross-correlation of
     their log energies, from -1 to 1; 0 where either is too short to tell."""
-    # the heard audio may begin before the reply did, or end after it (the speech detector
-    # keeps a little audio from before the voice, and the echo comes late): quiet either side
     if len(spoken) < MIN_FRAMES * HOP:
         return 0.0
+    # the heard audio may begin before the reply did, or end after it (the speech detector
+    # keeps a little audio from before the voice, and the echo comes late): quiet either side
     pad = np.zeros(RATE, np.float32)
     h, s = bands(heard), bands(np.concatenate([pad, spoken, pad]))
     if len(h) > len(s):  # longer than the whole reply and its quiet: the newest of it

@@ -95,7 +95,7 @@ def build_tts(cfg: TtsConfig, threads: int = 0) -> FallbackTts:
     from app.stages.tts.piper import PiperTts
 
     offline: list[TtsEngine] = [PiperTts(cfg.piper_voice, threads), KokoroTts(threads),
-                                    EspeakTts()]
+                                EspeakTts()]
     chains: dict[str, list[TtsEngine]] = {
         "auto": [EdgeTts(cfg), *offline],
         "edge": [EdgeTts(cfg), *offline],
